@@ -1,0 +1,25 @@
+#!/usr/bin/env python3
+"""Entry point: `python build.py --target ascend`. The work lives in the xcforge package."""
+
+import os
+import sys
+from pathlib import Path
+
+_ROOT = Path(__file__).resolve().parent
+_VENV_PYTHON = _ROOT / ".venv" / "bin" / "python"
+
+try:
+    from xcforge.cli import main
+except ModuleNotFoundError as exc:
+    # A checkout set up by scripts/provision.sh has its dependencies in .venv; re-run under it
+    # so `python3 build.py` works without activating anything.
+    if _VENV_PYTHON.exists() and Path(sys.executable).resolve() != _VENV_PYTHON.resolve():
+        os.execv(str(_VENV_PYTHON), [str(_VENV_PYTHON), *sys.argv])
+    sys.stderr.write(
+        f"error: missing Python dependency ({exc.name}); run `sudo scripts/provision.sh` "
+        "or `pip install -e .` first\n"
+    )
+    sys.exit(3)
+
+if __name__ == "__main__":
+    sys.exit(main())

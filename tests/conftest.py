@@ -1,0 +1,41 @@
+"""Shared pytest wiring.
+
+Markers (see pyproject.toml): `docker` tests need the engine, buildx and the local registry that
+scripts/provision.sh starts; `slow` tests take minutes; `device` tests need real accelerators.
+Docker and slow tests run only when asked for (`--docker`, `--slow`, or XCFORGE_TESTS=all) and are
+skipped *visibly* otherwise, with the reason in the summary.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--docker", action="store_true", help="run tests marked docker")
+    parser.addoption("--slow", action="store_true", help="run tests marked slow")
+
+
+def _wanted(config: pytest.Config, name: str) -> bool:
+    everything = os.environ.get("XCFORGE_TESTS", "") == "all"
+    return everything or bool(config.getoption(f"--{name}"))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for name in ("docker", "slow"):
+        if _wanted(config, name):
+            continue
+        skip = pytest.mark.skip(reason=f"marked {name}: run with --{name} (or XCFORGE_TESTS=all)")
+        for item in items:
+            if name in item.keywords:
+                item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    return REPO_ROOT

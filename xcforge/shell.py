@@ -1,0 +1,75 @@
+"""Run external commands the house way: echo each one first, so a log can be replayed by hand."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+
+from xcforge.errors import EnvironmentProblem
+
+# /usr/local/bin/docker on some machines is a client without the buildx plugin; the engine's own
+# client in /usr/bin is the one provisioning installs (ENVIRONMENT.md).
+DOCKER = os.environ.get("XCFORGE_DOCKER", "/usr/bin/docker" if os.path.exists("/usr/bin/docker") else "docker")
+
+_SECRET_MARKERS = ("password", "token", "secret")
+
+
+def format_command(argv: Sequence[str]) -> str:
+    """Quote argv for the echo line; values of secret-looking flags are masked."""
+    shown: list[str] = []
+    mask_next = False
+    for arg in argv:
+        if mask_next:
+            shown.append("***")
+            mask_next = False
+            continue
+        lowered = arg.lower()
+        if lowered.startswith("--") and any(m in lowered for m in _SECRET_MARKERS):
+            if "=" in arg:
+                shown.append(arg.split("=", 1)[0] + "=***")
+            else:
+                shown.append(arg)
+                mask_next = True
+            continue
+        shown.append(arg)
+    return shlex.join(shown)
+
+
+def echo(argv: Sequence[str], stream=None) -> None:
+    print(f"+ {format_command(argv)}", file=stream or sys.stderr, flush=True)
+
+
+def run(
+    argv: Sequence[str],
+    *,
+    check: bool = True,
+    capture: bool = False,
+    env: Mapping[str, str] | None = None,
+    input: bytes | None = None,
+    quiet: bool = False,
+    cwd: str | None = None,
+    timeout: float | None = None,
+) -> subprocess.CompletedProcess:
+    """Echo and run argv. A missing executable becomes EnvironmentProblem with a remedy."""
+    if not quiet:
+        echo(argv)
+    full_env = None
+    if env is not None:
+        full_env = {**os.environ, **env}
+    try:
+        return subprocess.run(
+            list(argv),
+            check=check,
+            capture_output=capture,
+            env=full_env,
+            input=input,
+            cwd=cwd,
+            timeout=timeout,
+        )
+    except FileNotFoundError as exc:
+        raise EnvironmentProblem(
+            f"'{argv[0]}' is not installed or not on PATH; run `sudo scripts/provision.sh` to install it"
+        ) from exc
