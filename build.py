@@ -16,8 +16,7 @@ except ModuleNotFoundError as exc:
     if _VENV_PYTHON.exists() and Path(sys.executable).resolve() != _VENV_PYTHON.resolve():
         os.execv(str(_VENV_PYTHON), [str(_VENV_PYTHON), *sys.argv])
     sys.stderr.write(
-        f"error: missing Python dependency ({exc.name}); run `sudo scripts/provision.sh` "
-        "or `pip install -e .` first\n"
+        f"error: missing Python dependency ({exc.name}); run `sudo scripts/provision.sh` or `pip install -e .` first\n"
     )
     sys.exit(3)
 

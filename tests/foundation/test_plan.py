@@ -1,0 +1,100 @@
+"""Build plans: tags, mirrors, secrets as sources only, split mode rules."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from xcforge.errors import ConfigError
+from xcforge.matrix import load_matrix
+from xcforge.plan import BuildOptions, engine_install_mode, make_plan, tags_for
+from xcforge.site import SiteConfig, load_site
+
+REPO = Path(__file__).resolve().parents[2]
+MATRIX = load_matrix(REPO / "matrix.yaml")
+
+
+def test_tags_are_versioned_and_never_latest():
+    tags = tags_for(MATRIX, MATRIX.targets["ascend"], "abc123")
+    assert tags == ("0.23.0-910b-cann8.3", "0.23.0-910b-cann8.3-abc123")
+    assert not any("latest" in t for t in tags)
+
+
+def test_mirror_map_longest_prefix_whole_segments():
+    site = SiteConfig(mirrors={"quay.io": "m.example/quay", "quay.io/ascend": "harbor.corp/ascend"})
+    assert site.map_image("quay.io/ascend/cann:8.3") == "harbor.corp/ascend/cann:8.3"
+    assert site.map_image("quay.io/other/x:1") == "m.example/quay/other/x:1"
+    assert site.map_image("quay.io.evil/x:1") == "quay.io.evil/x:1"
+    assert site.map_image("docker.io/library/python:3.11") == "docker.io/library/python:3.11"
+
+
+def test_plan_uses_mirror_and_archive_by_default():
+    site = SiteConfig(mirrors={"quay.io/ascend": "harbor.corp/ascend"})
+    plan = make_plan(MATRIX, MATRIX.targets["ascend"], site, BuildOptions(revision="r1"))
+    assert plan.base_ref == "harbor.corp/ascend/cann:8.3.rc1-910b-ubuntu22.04-py3.11"
+    assert plan.build_args["BASE_IMAGE"] == plan.base_ref
+    assert plan.output == "archive" and plan.archive_path.name.endswith(".oci.tar")
+    assert plan.image_repo == "xcforge/vllm-ascend"
+
+
+def test_push_needs_registry_and_split_needs_one_platform():
+    with pytest.raises(ConfigError, match="--registry"):
+        make_plan(MATRIX, MATRIX.targets["cpu"], SiteConfig(), BuildOptions(push=True))
+    with pytest.raises(ConfigError, match="exactly one platform"):
+        make_plan(MATRIX, MATRIX.targets["cpu"], SiteConfig(), BuildOptions(registry="r:5000/x", push_by_digest=True))
+    plan = make_plan(
+        MATRIX,
+        MATRIX.targets["cpu"],
+        SiteConfig(),
+        BuildOptions(registry="r:5000/x", push_by_digest=True, platforms=("linux/arm64",)),
+    )
+    assert plan.tags == () and plan.platforms == ("linux/arm64",) and plan.image_repo == "r:5000/x/vllm-cpu"
+
+
+def test_platform_not_in_target_is_rejected():
+    with pytest.raises(ConfigError, match="not built for this target"):
+        make_plan(MATRIX, MATRIX.targets["cuda"], SiteConfig(), BuildOptions(platforms=("linux/arm64",)))
+
+
+def test_wheelhouse_plugin_needs_wheelhouse_unless_skipped():
+    blocked = make_plan(MATRIX, MATRIX.targets["mlu"], SiteConfig(), BuildOptions())
+    assert any("--wheelhouse" in b for b in blocked.blockers) and "BLOCKED" in blocked.describe()
+    plan = make_plan(MATRIX, MATRIX.targets["mlu"], SiteConfig(skip_engine_install=("mlu",)), BuildOptions())
+    assert plan.engine_install == "skip"
+
+
+def test_engine_install_mode_per_platform():
+    cpu = MATRIX.targets["cpu"]
+    site = SiteConfig(skip_engine_install=("cpu:linux/arm64",))
+    assert engine_install_mode(cpu, site, cpu.platforms) == "skip-arm64"
+    assert engine_install_mode(cpu, site, ("linux/arm64",)) == "skip"
+    assert engine_install_mode(cpu, SiteConfig(), cpu.platforms) == "full"
+
+
+def test_secrets_are_sources_never_values(tmp_path, monkeypatch):
+    ca = tmp_path / "corp-ca.pem"
+    ca.write_text("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
+    site_file = tmp_path / "site.yaml"
+    site_file.write_text(
+        "ca_bundle: corp-ca.pem\npip:\n  index_url: https://pypi.corp.example/simple\n  token_env: CORP_TOKEN\n"
+    )
+    monkeypatch.setenv("CORP_TOKEN", "s3cr3t-token")
+    site = load_site(site_file)
+    plan = make_plan(MATRIX, MATRIX.targets["cpu"], site, BuildOptions(revision="r"))
+    assert {s.id for s in plan.secrets} == {"ca.pem", "pip.conf"}
+    described = plan.describe()
+    assert "s3cr3t-token" not in described and "s3cr3t-token" not in str(plan.build_args)
+
+
+def test_site_errors_are_precise(tmp_path):
+    site_file = tmp_path / "site.yaml"
+    site_file.write_text("mirrorz: {}\n")
+    with pytest.raises(ConfigError, match=r"mirrorz: unknown key .*did you mean 'mirrors'"):
+        load_site(site_file)
+    site_file.write_text("ca_bundle: /nonexistent/ca.pem\n")
+    with pytest.raises(ConfigError, match="ca_bundle"):
+        load_site(site_file)
+    site_file.write_text("pip:\n  token_env: XCFORGE_TEST_UNSET_VAR\n")
+    with pytest.raises(ConfigError, match="XCFORGE_TEST_UNSET_VAR is not set"):
+        load_site(site_file)

@@ -1,0 +1,161 @@
+"""Rendered Dockerfiles: content a reviewer expects, drift check, hadolint, CLI."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from xcforge.matrix import load_matrix
+from xcforge.render import render_target
+
+REPO = Path(__file__).resolve().parents[2]
+MATRIX = load_matrix(REPO / "matrix.yaml")
+TARGETS = list(MATRIX.targets)
+
+
+def _text(name: str) -> str:
+    return render_target(MATRIX, MATRIX.targets[name]).text
+
+
+@pytest.mark.parametrize("name", TARGETS)
+def test_committed_dockerfile_matches_template(name):
+    committed = (REPO / "images" / name / "Dockerfile").read_text()
+    assert committed == _text(name), f"images/{name}/Dockerfile is stale: run `python build.py render --all`"
+
+
+@pytest.mark.parametrize("name", TARGETS)
+def test_dockerfile_essentials(name):
+    text = _text(name)
+    assert text.startswith("# GENERATED") and "DO NOT EDIT" in text.splitlines()[1]
+    assert "# syntax=" not in text  # BuildKit would try to pull the frontend image
+    assert "EXPOSE 8000" in text
+    assert "HEALTHCHECK" in text and 'CMD ["xcforge-engine", "healthcheck"]' in text
+    assert 'ENTRYPOINT ["/usr/bin/tini", "--", "xcforge-engine"]' in text
+    assert re.search(r"^USER 2000:0$", text, re.M)
+    assert ".bashrc" not in text
+    assert "--mount=type=cache,target=/var/cache/apt" in text
+    assert "--mount=type=cache,target=/root/.cache/pip" in text
+    assert "--mount=type=secret,id=ca.pem" in text
+    for label in (
+        "org.opencontainers.image.revision",
+        "io.xcforge.engine.version",
+        "org.opencontainers.image.base.digest",
+    ):
+        assert label in text
+    target = MATRIX.targets[name]
+    assert f"{target.engine.package}=={MATRIX.engine_version(target)}" in text
+
+
+@pytest.mark.parametrize("name", TARGETS)
+def test_layer_order_least_to_most_changing(name):
+    text = _text(name)
+    order = [
+        text.index("FROM ${BASE_IMAGE}"),
+        text.index("apt-get install"),
+        text.index("useradd"),
+        text.index("-m venv"),
+        text.index("xcforge-pip install"),
+        text.index("/tmp/xcforge-engine/*.whl"),
+        text.index("/etc/xcforge/image.json"),
+        text.index("LABEL"),
+    ]
+    assert order == sorted(order)
+
+
+def test_target_differences_live_in_data_and_blocks():
+    ascend, mlu, cpu, cuda = _text("ascend"), _text("mlu"), _text("cpu"), _text("cuda")
+    assert "VLLM_TARGET_DEVICE=empty" in ascend and "VLLM_TARGET_DEVICE=empty" not in cpu
+    assert "set_env.sh" in ascend and "vllm-ascend==0.23.0.post1" in ascend
+    assert "--groups HwHiAiUser" in ascend
+    assert "--no-index vllm-mlu==" in mlu
+    assert "pip uninstall -y torchvision torchaudio torchcodec triton" in cpu
+    assert "python3-venv" in cuda and "python3-venv" not in cpu  # CUDA base has no Python
+    assert "--system-site-packages" in ascend and "--system-site-packages" not in cpu
+
+
+@pytest.mark.skipif(
+    shutil.which("hadolint") is None and not (REPO / ".venv/bin/hadolint").exists(), reason="hadolint not installed"
+)
+@pytest.mark.parametrize("name", TARGETS)
+def test_hadolint_clean(name):
+    binary = shutil.which("hadolint") or str(REPO / ".venv/bin/hadolint")
+    proc = subprocess.run(
+        [binary, "--config", str(REPO / ".hadolint.yaml"), str(REPO / "images" / name / "Dockerfile")],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(REPO / "build.py"), *args], capture_output=True, text=True, cwd=REPO)
+
+
+@pytest.mark.parametrize("name", TARGETS)
+def test_dry_run_prints_plan_and_dockerfile(name):
+    proc = _cli("--target", name, "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    assert f"target:        {name}" in proc.stdout
+    assert "build args:" in proc.stdout and "BASE_IMAGE=" in proc.stdout
+    assert "# GENERATED" in proc.stdout
+    assert "+ " not in proc.stderr  # a dry run runs no command
+
+
+def test_list_one_line_per_target():
+    proc = _cli("--list")
+    assert proc.returncode == 0
+    lines = proc.stdout.strip().splitlines()
+    assert [line.split()[0] for line in lines] == TARGETS
+
+
+def test_unknown_target_lists_valid_ones():
+    proc = _cli("--target", "npu", "--dry-run")
+    assert proc.returncode == 2
+    assert "valid targets: cuda, ascend, mlu, cpu" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_render_check_detects_drift(tmp_path):
+    shutil.copytree(REPO / "templates", tmp_path / "templates")
+    (tmp_path / "images").mkdir()
+    from xcforge import render
+
+    original = (render.TEMPLATES_DIR, render.IMAGES_DIR)
+    render.IMAGES_DIR = tmp_path / "images"
+    try:
+        assert {r.status for r in render.write_or_check(MATRIX, list(MATRIX.targets.values()), check=True)} == {
+            "missing"
+        }
+        render.write_or_check(MATRIX, list(MATRIX.targets.values()), check=False)
+        path = tmp_path / "images" / "cpu" / "Dockerfile"
+        path.write_text(path.read_text() + "# hand edit\n")
+        statuses = {
+            r.target: r.status for r in render.write_or_check(MATRIX, list(MATRIX.targets.values()), check=True)
+        }
+        assert statuses["cpu"] == "stale" and statuses["cuda"] == "ok"
+    finally:
+        render.TEMPLATES_DIR, render.IMAGES_DIR = original
+
+
+def test_render_check_cli_passes_on_committed_tree():
+    proc = _cli("render", "--all", "--check")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_missing_template_variable_fails(tmp_path):
+    import jinja2
+
+    from xcforge.errors import RenderError
+
+    shutil.copytree(REPO / "templates", tmp_path / "templates")
+    skeleton = tmp_path / "templates" / "Dockerfile.j2"
+    skeleton.write_text(skeleton.read_text().replace("{{ t.runtime.port }}", "{{ t.runtime.prot }}"))
+    with pytest.raises(RenderError) as info:
+        render_target(MATRIX, MATRIX.targets["cpu"], templates_dir=tmp_path / "templates")
+    assert "prot" in info.value.message
+    assert jinja2  # StrictUndefined turned the typo into an error rather than an empty string

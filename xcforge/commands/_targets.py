@@ -1,0 +1,28 @@
+"""Selecting targets from the matrix, shared by the commands."""
+
+from __future__ import annotations
+
+import argparse
+
+from xcforge.errors import ConfigError
+from xcforge.matrix import Matrix, Target, load_matrix
+
+
+def add_target_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--target", "-t", action="append", default=[], metavar="NAME", help="target to act on (repeatable)"
+    )
+    parser.add_argument("--all", action="store_true", help="act on every target in the matrix")
+
+
+def selected_targets(args: argparse.Namespace, *, required: bool = True) -> tuple[Matrix, list[Target]]:
+    matrix = load_matrix(args.matrix)
+    if args.all:
+        return matrix, list(matrix.targets.values())
+    if not args.target:
+        if required:
+            raise ConfigError(
+                f"name a target with --target NAME or use --all; valid targets: {', '.join(matrix.targets)}"
+            )
+        return matrix, []
+    return matrix, [matrix.target(name) for name in dict.fromkeys(args.target)]

@@ -1,0 +1,136 @@
+"""`build` (the default command) and `merge`: the main flow of xcforge.
+
+matrix → plan → rendered Dockerfile → buildx → report [→ signatures → smoke results].
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from xcforge.commands._targets import add_target_arguments, selected_targets
+from xcforge.errors import ConfigError
+from xcforge.matrix import load_matrix
+from xcforge.plan import DIST_DIR, BuildOptions, make_plan
+from xcforge.render import render_target
+from xcforge.site import load_site
+
+
+def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    parser = subparsers.add_parser(
+        "build",
+        parents=[common],
+        help="build targets (the default command)",
+        description="Build targets with docker buildx. Without --registry the result is an OCI archive under "
+        "dist/ (and the native platform is loaded into the local engine).",
+    )
+    add_target_arguments(parser)
+    parser.add_argument("--list", action="store_true", help="list the targets, one line each, and exit")
+    parser.add_argument("--dry-run", action="store_true", help="print the build plan and Dockerfile; touch nothing")
+    parser.add_argument("--site", type=Path, help="site config (mirrors, indexes, proxies, CA); default $XCFORGE_SITE")
+    parser.add_argument("--registry", help="registry and repository prefix, e.g. 127.0.0.1:5000/xcforge")
+    parser.add_argument("--push", action="store_true", help="push a multi-platform index to --registry")
+    parser.add_argument(
+        "--platform", action="append", default=[], help="build only this platform (repeatable), e.g. linux/arm64"
+    )
+    parser.add_argument(
+        "--push-by-digest",
+        action="store_true",
+        help="split mode for CI: build one --platform and push it untagged; `merge` assembles the index",
+    )
+    parser.add_argument("--wheelhouse", type=Path, help="directory of wheels offered to pip (air-gapped, vendor SDKs)")
+    parser.add_argument("--force", action="store_true", help="rebuild even when the fingerprint is unchanged")
+    parser.add_argument("--keep-going", action="store_true", help="with several targets: go on after a failure")
+    parser.add_argument("--jobs", "-j", type=int, default=1, help="targets built in parallel (default 1)")
+    parser.add_argument("--dist", type=Path, default=DIST_DIR, help="where archives and reports go (default dist/)")
+    parser.add_argument("--smoke", action="store_true", help="smoke-test each built image")
+    parser.add_argument("--sign", action="store_true", help="sign each pushed digest (needs --push and keys)")
+    parser.add_argument("--sm2-key", type=Path, help="SM2 private key (PEM/DER PKCS#8) for --sign")
+    parser.add_argument("--cosign-key", type=Path, help="cosign ECDSA P-256 private key for --sign")
+    parser.add_argument("--keyless", action="store_true", help="also sign keyless with Sigstore (GitHub OIDC)")
+    parser.set_defaults(func=run_build)
+
+    merge = subparsers.add_parser(
+        "merge",
+        parents=[common],
+        help="assemble a multi-platform index from per-platform digests (split CI builds)",
+    )
+    merge.add_argument("--target", "-t", required=True)
+    merge.add_argument("--registry", required=True)
+    merge.add_argument("--digest", action="append", default=[], required=True, help="platform digest (repeatable)")
+    merge.add_argument("--site", type=Path)
+    merge.add_argument("--dist", type=Path, default=DIST_DIR)
+    merge.set_defaults(func=run_merge)
+
+
+def _list(args: argparse.Namespace) -> int:
+    matrix = load_matrix(args.matrix)
+    width = max(len(n) for n in matrix.targets)
+    for name, target in matrix.targets.items():
+        engine = f"vLLM {matrix.engine_version(target)}"
+        if target.plugin:
+            engine += f" + {target.plugin.name} {target.plugin.version}"
+        platforms = ",".join(target.archs)
+        print(f"{name:<{width}}  {platforms:<13}  {engine:<40}  {target.description}")
+    return 0
+
+
+def _options(args: argparse.Namespace) -> BuildOptions:
+    if args.jobs < 1:
+        raise ConfigError("--jobs must be at least 1")
+    if args.sign and not (args.push or args.push_by_digest):
+        raise ConfigError(
+            "--sign signs pushed digests only: add --push --registry R (an archive is signed with `sign`)"
+        )
+    return BuildOptions(
+        registry=args.registry,
+        push=args.push,
+        platforms=tuple(args.platform),
+        push_by_digest=args.push_by_digest,
+        wheelhouse=args.wheelhouse,
+        force=args.force,
+        dist_dir=args.dist,
+    )
+
+
+def run_build(args: argparse.Namespace) -> int:
+    if args.list:
+        return _list(args)
+    matrix, targets = selected_targets(args)
+    site = load_site(args.site)
+    options = _options(args)
+    plans = [make_plan(matrix, target, site, options) for target in targets]
+    if args.dry_run:
+        for plan in plans:
+            print(f"# ---- build plan: {plan.target.name}")
+            print(plan.describe())
+            print(f"# ---- Dockerfile ({plan.dockerfile}):")
+            sys.stdout.write(render_target(matrix, plan.target).text)
+        return 0
+    from xcforge.builder import BuildRequest, run_builds
+
+    request = BuildRequest(
+        matrix=matrix,
+        plans=plans,
+        options=options,
+        jobs=args.jobs,
+        keep_going=args.keep_going,
+        smoke=args.smoke,
+        sign=args.sign,
+        sm2_key=args.sm2_key,
+        cosign_key=args.cosign_key,
+        keyless=args.keyless,
+    )
+    return run_builds(request)
+
+
+def run_merge(args: argparse.Namespace) -> int:
+    from xcforge.builder import merge_digests
+
+    matrix = load_matrix(args.matrix)
+    target = matrix.target(args.target)
+    site = load_site(args.site)
+    options = BuildOptions(registry=args.registry, push=True, dist_dir=args.dist)
+    plan = make_plan(matrix, target, site, options)
+    return merge_digests(plan, args.digest)

