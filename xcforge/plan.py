@@ -69,6 +69,11 @@ class BuildPlan:
     site: SiteConfig = field(repr=False)
     # Problems that stop a real build but not a dry run (which shows them).
     blockers: tuple[str, ...] = ()
+    dist_dir: Path = DIST_DIR
+
+    def archive_dir_for_digests(self) -> Path:
+        """Where split builds leave their per-platform digest records for `merge`."""
+        return self.dist_dir / "digests"
 
     @property
     def refs(self) -> tuple[str, ...]:
@@ -248,4 +253,5 @@ def make_plan(matrix: Matrix, target: Target, site: SiteConfig, options: BuildOp
         archive_path=archive,
         site=site,
         blockers=tuple(blockers),
+        dist_dir=options.dist_dir,
     )

@@ -53,6 +53,8 @@ class SiteConfig(_Frozen):
     # Targets (or target:platform) whose vendor engine cannot be installed here, e.g. on stand-in
     # bases without CANN/Neuware: their images are built with ENGINE_INSTALL=skip and say so.
     skip_engine_install: tuple[str, ...] = ()
+    # Import/export BuildKit's layer cache from the registry (`<repo>:buildcache-<arch>`) when pushing.
+    registry_cache: bool = True
     # Registry hosts reached over plain HTTP (127.0.0.0/8 always is).
     insecure_registries: tuple[str, ...] = ()
 

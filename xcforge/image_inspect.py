@@ -1,0 +1,129 @@
+"""Reading built images back: digests, labels and compressed sizes, from a registry or an OCI archive.
+
+Registry reads go through `docker buildx imagetools`, which shares the engine's credentials and
+insecure-registry rules, so what we report is what an operator's docker sees.
+"""
+
+from __future__ import annotations
+
+import json
+import tarfile
+from collections.abc import Callable
+from pathlib import Path
+
+from xcforge.errors import RegistryError
+from xcforge.shell import DOCKER, run
+
+INDEX_TYPES = {
+    "application/vnd.oci.image.index.v1+json",
+    "application/vnd.docker.distribution.manifest.list.v2+json",
+}
+
+
+def _imagetools(args: list[str], *, quiet: bool = True) -> str:
+    proc = run([DOCKER, "buildx", "imagetools", "inspect", *args], capture=True, check=False, quiet=quiet)
+    if proc.returncode != 0:
+        message = (proc.stderr.decode(errors="replace").strip().splitlines() or ["no output"])[-1]
+        raise RegistryError(f"cannot inspect {args[-1]}: {message}")
+    return proc.stdout.decode()
+
+
+def resolve_digest(ref: str) -> str:
+    """The digest a reference points to (the index for multi-platform images)."""
+    data = json.loads(_imagetools(["--format", "{{json .Manifest}}", ref]))
+    return data["digest"]
+
+
+def exists(ref: str) -> bool:
+    try:
+        resolve_digest(ref)
+    except RegistryError:
+        return False
+    return True
+
+
+def image_configs(ref: str) -> dict[str, dict]:
+    """platform → image config (labels are under config.Labels)."""
+    data = json.loads(_imagetools(["--format", "{{json .Image}}", ref]))
+    if "config" in data or "architecture" in data:
+        return {f"{data.get('os', 'linux')}/{data.get('architecture', '?')}": data}
+    return data
+
+
+def labels(ref: str) -> dict[str, dict[str, str]]:
+    return {
+        platform: (config.get("config") or {}).get("Labels") or {} for platform, config in image_configs(ref).items()
+    }
+
+
+def raw(ref: str) -> dict:
+    return json.loads(_imagetools(["--raw", ref]))
+
+
+def _is_attestation(descriptor: dict) -> bool:
+    annotations = descriptor.get("annotations") or {}
+    return annotations.get("vnd.docker.reference.type") == "attestation-manifest" or (
+        descriptor.get("platform", {}).get("architecture") == "unknown"
+    )
+
+
+def platform_manifests(index: dict, fetch: Callable[[str], dict]) -> dict[str, tuple[str, int]]:
+    """platform → (manifest digest, compressed bytes = config + layers). Attestations are skipped."""
+    if index.get("mediaType") not in INDEX_TYPES and "manifests" not in index:
+        raise ValueError("not an image index")
+    out: dict[str, tuple[str, int]] = {}
+    for descriptor in index.get("manifests", []):
+        if _is_attestation(descriptor):
+            continue
+        platform = descriptor.get("platform") or {}
+        name = f"{platform.get('os', 'linux')}/{platform.get('architecture', '?')}"
+        if platform.get("variant"):
+            name += f"/{platform['variant']}"
+        manifest = fetch(descriptor["digest"])
+        size = manifest.get("config", {}).get("size", 0) + sum(
+            layer.get("size", 0) for layer in manifest.get("layers", [])
+        )
+        out[name] = (descriptor["digest"], size)
+    return out
+
+
+def registry_platforms(repo: str, digest: str) -> dict[str, tuple[str, int]]:
+    top = raw(f"{repo}@{digest}")
+    if "manifests" not in top:
+        size = top.get("config", {}).get("size", 0) + sum(layer.get("size", 0) for layer in top.get("layers", []))
+        return {"single": (digest, size)}
+    return platform_manifests(top, lambda d: raw(f"{repo}@{d}"))
+
+
+class OciArchive:
+    """An OCI image layout in a tar file, as `docker buildx build --output type=oci` writes it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def _read(self, tar: tarfile.TarFile, name: str) -> dict:
+        member = tar.extractfile(name)
+        if member is None:
+            raise ValueError(f"{self.path}: {name} missing")
+        return json.loads(member.read())
+
+    def blob(self, tar: tarfile.TarFile, digest: str) -> dict:
+        algo, hexdigest = digest.split(":", 1)
+        return self._read(tar, f"blobs/{algo}/{hexdigest}")
+
+    def top_index(self) -> tuple[str, dict]:
+        """(digest, content) of the image index the layout's index.json points to."""
+        with tarfile.open(self.path) as tar:
+            layout = self._read(tar, "index.json")
+            descriptor = layout["manifests"][0]
+            return descriptor["digest"], self.blob(tar, descriptor["digest"])
+
+    def platforms(self) -> dict[str, tuple[str, int]]:
+        with tarfile.open(self.path) as tar:
+            layout = self._read(tar, "index.json")
+            descriptor = layout["manifests"][0]
+            top = self.blob(tar, descriptor["digest"])
+            if "manifests" not in top:
+                size = top["config"]["size"] + sum(layer["size"] for layer in top["layers"])
+                return {"single": (descriptor["digest"], size)}
+            return platform_manifests(top, lambda d: self.blob(tar, d))
