@@ -1,0 +1,136 @@
+"""Sign a pushed image digest (or an OCI archive) with SM2 and/or cosign keys, and audit it."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from signing import sm2
+from signing.audit import AuditLog
+from signing.cosign_keys import CosignPrivateKey
+from signing.payload import simple_signing_payload
+from signing.signers import CosignSigner, Signer, Sm2Signer
+from signing.sm2_keys import Sm2PrivateKey
+from signing.store import AttachResult, attach_signatures, write_detached_signatures
+from xcforge.errors import ConfigError, SigningError, XcforgeError
+from xcforge.oci import Reference, RegistryClient, is_digest
+
+
+@dataclass(frozen=True)
+class SignatureRecord:
+    scheme: str  # "sm2" | "cosign"
+    key_id: str
+    repository: str  # the identity signed (docker-reference)
+    digest: str
+    location: str  # registry tag or file
+    added: bool  # False when this key had already signed this digest there
+
+    def line(self) -> str:
+        state = "signed" if self.added else "already signed"
+        return f"{state}: {self.scheme:<6} key {self.key_id[:16]}  {self.repository}@{self.digest}  -> {self.location}"
+
+
+def make_signers(
+    *,
+    sm2_key: Sm2PrivateKey | None = None,
+    cosign_key: CosignPrivateKey | None = None,
+    sm2_dist_id: bytes = sm2.DEFAULT_DIST_ID,
+) -> list[Signer]:
+    signers: list[Signer] = []
+    if sm2_key is not None:
+        signers.append(Sm2Signer(sm2_key, sm2_dist_id))
+    if cosign_key is not None:
+        signers.append(CosignSigner(cosign_key))
+    if not signers:
+        raise ConfigError("nothing to sign with: give an SM2 key and/or a cosign key")
+    return signers
+
+
+def _records(results: Sequence[AttachResult], repository: str, digest: str) -> list[SignatureRecord]:
+    return [SignatureRecord(r.scheme, r.key_id, repository, digest, r.location, r.added) for r in results]
+
+
+def _audited(audit: AuditLog | None, signers: Sequence[Signer], digest: str, subject: str, work):
+    try:
+        records = work()
+    except XcforgeError as exc:
+        if audit is not None:
+            for signer in signers:
+                audit.record(
+                    "sign", digest=digest, key_id=signer.key_id, subject=subject, result=f"error: {exc.message[:200]}"
+                )
+        raise
+    if audit is not None:
+        for record in records:
+            audit.record(
+                "sign",
+                digest=digest,
+                key_id=record.key_id,
+                subject=subject,
+                result="ok" if record.added else "ok (already signed)",
+                details={"scheme": record.scheme, "location": record.location},
+            )
+    return records
+
+
+def sign_digest(
+    repo: str | Reference,
+    digest: str,
+    *,
+    sm2_key: Sm2PrivateKey | None = None,
+    cosign_key: CosignPrivateKey | None = None,
+    sm2_dist_id: bytes = sm2.DEFAULT_DIST_ID,
+    annotations: Mapping[str, str] | None = None,
+    audit: AuditLog | None = None,
+    client: RegistryClient | None = None,
+    insecure: bool = False,
+) -> list[SignatureRecord]:
+    """Sign `repo@digest` after a push; signatures go next to the image in its registry.
+
+    `repo` is `host[:port]/path` (a tag on it is ignored: the digest is what is signed). The
+    payload names that repository as identity. Returns one record per key; signing again with the
+    same key is a no-op (`added=False`).
+    """
+    ref = repo if isinstance(repo, Reference) else Reference.parse(repo)
+    if not is_digest(digest):
+        raise ConfigError(f"sign needs a manifest digest (sha256:<64 hex>), got {digest!r}")
+    if ref.digest and ref.digest != digest:
+        raise ConfigError(f"{ref} and digest {digest} disagree")
+    signers = make_signers(sm2_key=sm2_key, cosign_key=cosign_key, sm2_dist_id=sm2_dist_id)
+    client = client or RegistryClient(ref.registry, insecure=insecure)
+
+    def work() -> list[SignatureRecord]:
+        if client.head_manifest(ref.repository, digest) is None:
+            raise SigningError(f"{ref.name}@{digest} is not in the registry: push the image before signing it")
+        payload = simple_signing_payload(ref.name, digest, annotations)
+        return _records(attach_signatures(client, ref.repository, digest, payload, signers), ref.name, digest)
+
+    return _audited(audit, signers, digest, f"{ref.name}@{digest}", work)
+
+
+def sign_archive(
+    archive: os.PathLike[str] | str,
+    repository: str,
+    digest: str,
+    *,
+    sm2_key: Sm2PrivateKey | None = None,
+    cosign_key: CosignPrivateKey | None = None,
+    sm2_dist_id: bytes = sm2.DEFAULT_DIST_ID,
+    annotations: Mapping[str, str] | None = None,
+    audit: AuditLog | None = None,
+) -> list[SignatureRecord]:
+    """Sign an image written as an OCI-layout archive: files in `<archive>.signatures/`.
+
+    `repository` is the name the image will be published under (the payload's identity).
+    """
+    if not is_digest(digest):
+        raise ConfigError(f"sign needs a manifest digest (sha256:<64 hex>), got {digest!r}")
+    name = Reference.parse(repository).name
+    signers = make_signers(sm2_key=sm2_key, cosign_key=cosign_key, sm2_dist_id=sm2_dist_id)
+
+    def work() -> list[SignatureRecord]:
+        payload = simple_signing_payload(name, digest, annotations)
+        return _records(write_detached_signatures(archive, digest, payload, signers), name, digest)
+
+    return _audited(audit, signers, digest, f"{archive} ({name}@{digest})", work)

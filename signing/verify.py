@@ -1,0 +1,270 @@
+"""Verify an image digest's signatures against trusted keys: one result per signature found.
+
+A signature counts as valid only when all of these hold:
+1. it verifies with one of the trusted keys of its scheme (SM2: with the verifier's distinguishing
+   ID, default 1234567812345678; cosign: ECDSA P-256/SHA-256) over the exact payload bytes;
+2. the payload is simple-signing JSON whose `docker-manifest-digest` is the digest being verified;
+3. identity rule: its `docker-reference` names the repository being verified, or one the caller
+   allows explicitly (`allowed_identities`).
+
+Rule 3 is stricter than cosign, which ignores `docker-reference` unless asked. A signature says
+"this digest, published *as this repository*": an image copied elsewhere without re-signing keeps
+the old name, and verifying it under the new name fails until the destination is re-signed
+(`promote --sm2-key/--cosign-key` does that) or the verifier names the source it trusts
+(`--allow-identity`). `check_identity=False` gives cosign's behaviour.
+
+The report is OK when every required scheme (default: each scheme a key was given for) has at least
+one valid signature. Invalid ones are listed with their reason but do not by themselves fail it,
+as with cosign; a scheme with no valid signature does.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from signing import cosign_format, sm2, sm2_format
+from signing.cosign_keys import CosignPublicKey
+from signing.payload import PayloadError, parse_payload
+from signing.sm2_keys import Sm2PublicKey
+from signing.store import (
+    FORMATS,
+    StoredSignature,
+    read_detached_signatures,
+    read_signatures,
+    signature_tag,
+)
+from xcforge.errors import ConfigError
+from xcforge.oci import Reference, RegistryClient, RegistryError
+
+
+@dataclass(frozen=True)
+class SignatureCheck:
+    scheme: str
+    key_id: str | None  # the trusted key that verified it, else the key id the signature claims
+    valid: bool
+    reason: str
+    location: str
+    found: bool = True  # False: no signature tag/file at all for this scheme
+
+    def line(self) -> str:
+        verdict = "VALID  " if self.valid else ("INVALID" if self.found else "MISSING")
+        key = (self.key_id or "-")[:16]
+        return f"{verdict} {self.scheme:<6} key {key:<16} {self.reason}  [{self.location}]"
+
+
+@dataclass(frozen=True)
+class VerificationReport:
+    reference: str
+    digest: str
+    checks: tuple[SignatureCheck, ...]
+    required: frozenset[str]
+    problems: tuple[str, ...] = field(default=())
+
+    @property
+    def satisfied(self) -> frozenset[str]:
+        return frozenset(c.scheme for c in self.checks if c.valid)
+
+    @property
+    def missing(self) -> tuple[str, ...]:
+        return tuple(sorted(self.required - self.satisfied))
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems and not self.missing
+
+    def lines(self) -> list[str]:
+        out = [c.line() for c in self.checks]
+        out += [f"ERROR   {p}" for p in self.problems]
+        absent = {c.scheme for c in self.checks if not c.found}
+        for scheme in (s for s in self.missing if s not in absent):
+            out.append(f"MISSING {scheme:<6} no valid {scheme} signature by a trusted key for {self.digest}")
+        verdict = "OK" if self.ok else "FAILED"
+        required = ", ".join(sorted(self.required)) or "none"
+        out.append(f"{verdict}: {self.reference} ({len(self.checks)} signature(s); required: {required})")
+        return out
+
+
+@dataclass(frozen=True)
+class _Policy:
+    digest: str
+    identities: frozenset[str]
+    check_identity: bool
+    sm2_keys: tuple[Sm2PublicKey, ...]
+    cosign_keys: tuple[CosignPublicKey, ...]
+    sm2_dist_id: bytes
+
+
+def _identity_name(reference: str) -> str:
+    """The repository a docker-reference names (tags/digests some signers include are dropped)."""
+    try:
+        return Reference.parse(reference).name
+    except Exception:
+        return reference
+
+
+def _check(stored: StoredSignature, policy: _Policy) -> SignatureCheck:
+    fmt = FORMATS[stored.scheme]
+    claimed = fmt.key_id_from(stored.annotations)
+
+    def invalid(reason: str, key_id: str | None = claimed) -> SignatureCheck:
+        return SignatureCheck(stored.scheme, key_id, False, reason, stored.location)
+
+    if stored.problem or stored.payload is None:
+        return invalid(stored.problem or "payload missing")
+    signature = fmt.signature_from(stored.annotations)
+    if signature is None:
+        return invalid(f"no signature annotation ({fmt.SIGNATURE_ANNOTATION}) or it is not base64")
+
+    verified_by: str | None = None
+    if stored.scheme == sm2_format.SCHEME:
+        # Try the key the layer names first; the annotation is only a hint, so then all of them.
+        keys = sorted(policy.sm2_keys, key=lambda k: k.key_id != claimed)
+        for key in keys:
+            if key.verify(stored.payload, signature, dist_id=policy.sm2_dist_id):
+                verified_by = key.key_id
+                break
+    elif stored.scheme == cosign_format.SCHEME:
+        for key in policy.cosign_keys:
+            if key.verify(stored.payload, signature):
+                verified_by = key.key_id
+                break
+    if verified_by is None:
+        trusted = {k.key_id for k in (*policy.sm2_keys, *policy.cosign_keys)}
+        if stored.scheme == sm2_format.SCHEME:
+            dist_id = sm2_format.dist_id_from(stored.annotations)
+            if dist_id is not None and dist_id != policy.sm2_dist_id:
+                return invalid(
+                    f"signed with distinguishing ID {dist_id.decode(errors='replace')!r}; "
+                    f"this check uses {policy.sm2_dist_id.decode(errors='replace')!r}"
+                )
+        if claimed and claimed in trusted:
+            return invalid("signature does not verify: the payload or the signature was modified")
+        if claimed:
+            return invalid(f"signed by key {claimed[:16]}, which is not a trusted key")
+        return invalid("no trusted key verifies this signature (other key, or modified payload/signature)")
+
+    try:
+        claims = parse_payload(stored.payload)
+    except PayloadError as exc:
+        return invalid(f"signed payload is unusable: {exc}", verified_by)
+    if claims.manifest_digest != policy.digest:
+        return invalid(f"payload is for another image: {claims.manifest_digest}", verified_by)
+    if policy.check_identity and _identity_name(claims.docker_reference) not in policy.identities:
+        return invalid(
+            f"payload names repository {claims.docker_reference}, not {sorted(policy.identities)[0]} "
+            "(copied or retagged without re-signing; re-sign, or allow that identity explicitly)",
+            verified_by,
+        )
+    return SignatureCheck(stored.scheme, verified_by, True, f"signed for {claims.docker_reference}", stored.location)
+
+
+def _policy(
+    digest: str,
+    repository_name: str,
+    sm2_public_keys: Sequence[Sm2PublicKey],
+    cosign_public_keys: Sequence[CosignPublicKey],
+    allowed_identities: Iterable[str],
+    check_identity: bool,
+    sm2_dist_id: bytes,
+) -> _Policy:
+    identities = frozenset({repository_name, *(_identity_name(i) for i in allowed_identities)})
+    return _Policy(digest, identities, check_identity, tuple(sm2_public_keys), tuple(cosign_public_keys), sm2_dist_id)
+
+
+def _required(require: Iterable[str] | None, sm2_keys: Sequence, cosign_keys: Sequence) -> frozenset[str]:
+    given = {sm2_format.SCHEME: bool(sm2_keys), cosign_format.SCHEME: bool(cosign_keys)}
+    if require is None:
+        required = frozenset(scheme for scheme, has in given.items() if has)
+        if not required:
+            raise ConfigError("no trusted keys given: pass --sm2-key and/or --cosign-key")
+        return required
+    required = frozenset(require)
+    for scheme in required:
+        if scheme not in given:
+            raise ConfigError(f"unknown scheme {scheme!r} in require (known: {', '.join(given)})")
+        if not given[scheme]:
+            raise ConfigError(f"{scheme} signatures are required but no {scheme} public key was given")
+    return required
+
+
+def verify_image(
+    ref_with_digest: str | Reference,
+    sm2_public_keys: Sequence[Sm2PublicKey] = (),
+    cosign_public_keys: Sequence[CosignPublicKey] = (),
+    require: Iterable[str] | None = None,
+    *,
+    allowed_identities: Iterable[str] = (),
+    check_identity: bool = True,
+    sm2_dist_id: bytes = sm2.DEFAULT_DIST_ID,
+    client: RegistryClient | None = None,
+    insecure: bool = False,
+) -> VerificationReport:
+    """Verify the signatures stored next to `registry/repo@sha256:...` in its registry.
+
+    A tag instead of a digest is resolved first (the report names the digest; run that digest,
+    not the tag, or the image may change between check and use).
+    """
+    ref = ref_with_digest if isinstance(ref_with_digest, Reference) else Reference.parse(ref_with_digest)
+    required = _required(require, sm2_public_keys, cosign_public_keys)
+    client = client or RegistryClient(ref.registry, insecure=insecure)
+    problems: list[str] = []
+    digest = ref.digest
+    if digest is None:
+        digest = client.resolve(ref.repository, ref.tag or "latest")
+    elif client.head_manifest(ref.repository, digest) is None:
+        problems.append(f"image {ref.name}@{digest} not found in the registry")
+    policy = _policy(
+        digest, ref.name, sm2_public_keys, cosign_public_keys, allowed_identities, check_identity, sm2_dist_id
+    )
+    checks: list[SignatureCheck] = []
+    for scheme in _schemes_to_read(required, sm2_public_keys, cosign_public_keys):
+        try:
+            stored = read_signatures(client, ref.repository, digest, scheme)
+        except RegistryError as exc:
+            problems.append(f"cannot read {scheme} signatures: {exc.message}")
+            continue
+        if stored is None:
+            where = f"{ref.name}:{signature_tag(digest, scheme)}"
+            checks.append(SignatureCheck(scheme, None, False, "no signatures (tag not found)", where, found=False))
+            continue
+        checks.extend(_check(s, policy) for s in stored)
+    return VerificationReport(f"{ref.name}@{digest}", digest, tuple(checks), required, tuple(problems))
+
+
+def verify_archive(
+    archive: os.PathLike[str] | str,
+    digest: str,
+    repository: str,
+    sm2_public_keys: Sequence[Sm2PublicKey] = (),
+    cosign_public_keys: Sequence[CosignPublicKey] = (),
+    require: Iterable[str] | None = None,
+    *,
+    allowed_identities: Iterable[str] = (),
+    check_identity: bool = True,
+    sm2_dist_id: bytes = sm2.DEFAULT_DIST_ID,
+) -> VerificationReport:
+    """Same checks for the signature files beside an OCI-layout archive (store.detached_path)."""
+    required = _required(require, sm2_public_keys, cosign_public_keys)
+    name = _identity_name(repository)
+    policy = _policy(digest, name, sm2_public_keys, cosign_public_keys, allowed_identities, check_identity, sm2_dist_id)
+    checks: list[SignatureCheck] = []
+    for scheme in _schemes_to_read(required, sm2_public_keys, cosign_public_keys):
+        stored = read_detached_signatures(archive, digest, scheme)
+        if stored is None:
+            where = str(Path(archive)) + ".signatures/"
+            checks.append(SignatureCheck(scheme, None, False, "no signature file", where, found=False))
+            continue
+        checks.extend(_check(s, policy) for s in stored)
+    return VerificationReport(f"{archive} ({name}@{digest})", digest, tuple(checks), required)
+
+
+def _schemes_to_read(required: frozenset[str], sm2_keys: Sequence, cosign_keys: Sequence) -> list[str]:
+    schemes = set(required)
+    if sm2_keys:
+        schemes.add(sm2_format.SCHEME)
+    if cosign_keys:
+        schemes.add(cosign_format.SCHEME)
+    return sorted(schemes)

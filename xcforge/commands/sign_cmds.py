@@ -1,0 +1,380 @@
+"""`keygen`, `sign`, `verify`, `promote`, `audit verify`: the signing package on the command line.
+
+Passwords never come from flags (they would land in shell history and `ps`): the environment
+(XCFORGE_SM2_PASSWORD, XCFORGE_COSIGN_PASSWORD) or an interactive prompt. Keys come from files or
+from environment variables holding the PEM text (XCFORGE_SM2_KEY, XCFORGE_COSIGN_KEY), which is how
+CI secrets arrive.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import os
+import sys
+from pathlib import Path
+
+from xcforge.errors import ConfigError, SigningError, VerificationFailed
+
+SM2_KEY_ENV, COSIGN_KEY_ENV = "XCFORGE_SM2_KEY", "XCFORGE_COSIGN_KEY"
+SM2_PASSWORD_ENV, COSIGN_PASSWORD_ENV = "XCFORGE_SM2_PASSWORD", "XCFORGE_COSIGN_PASSWORD"
+AUDIT_ENV = "XCFORGE_AUDIT_LOG"
+DEFAULT_KEY_DIR = Path(".xcforge/keys")  # ignored by git, so a key is never committed by accident
+
+
+def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser | None = None) -> None:
+    parents = [common] if common is not None else []
+
+    keygen = subparsers.add_parser("keygen", parents=parents, help="create an SM2 and/or cosign key pair")
+    keygen.add_argument("--sm2", action="store_true", help="SM2 key pair (sm2.key PKCS#8, sm2.pub)")
+    keygen.add_argument("--cosign", action="store_true", help="ECDSA P-256 pair in cosign's format (cosign.key, .pub)")
+    keygen.add_argument("--out", type=Path, default=DEFAULT_KEY_DIR, help=f"directory (default {DEFAULT_KEY_DIR})")
+    keygen.add_argument("--no-password", action="store_true", help="write unencrypted private keys (tests only)")
+    keygen.add_argument("--force", action="store_true", help="overwrite existing key files")
+    _add_audit(keygen)
+    keygen.set_defaults(func=run_keygen)
+
+    sign = subparsers.add_parser("sign", parents=parents, help="sign IMAGE@DIGEST (digests only, never tags)")
+    sign.add_argument("image", metavar="IMAGE@DIGEST")
+    sign.add_argument("--sm2-key", type=Path, help=f"SM2 private key (or PEM in ${SM2_KEY_ENV})")
+    sign.add_argument("--cosign-key", type=Path, help=f"cosign private key (or PEM in ${COSIGN_KEY_ENV})")
+    sign.add_argument("--keyless", action="store_true", help="also sign keyless with Sigstore (CI OIDC token)")
+    sign.add_argument("--sm2-distid", default="1234567812345678", help="SM2 distinguishing ID (GB/T 32918 default)")
+    sign.add_argument("-a", "--annotation", action="append", default=[], metavar="KEY=VALUE", help="payload claim")
+    sign.add_argument("--archive", type=Path, help="sign an OCI-layout archive: files in <archive>.signatures/")
+    sign.add_argument("--insecure", action="store_true", help="plain http to a non-loopback registry")
+    _add_audit(sign)
+    sign.set_defaults(func=run_sign)
+
+    verify = subparsers.add_parser("verify", parents=parents, help="verify IMAGE@DIGEST (or a built --target)")
+    verify.add_argument("image", metavar="IMAGE@DIGEST", nargs="?")
+    verify.add_argument("--target", help="verify what the last build pushed for this target (dist/report.json)")
+    verify.add_argument("--report", type=Path, default=Path("dist"), help="directory holding report.json")
+    verify.add_argument("--sm2-key", type=Path, action="append", default=[], help="trusted SM2 public key")
+    verify.add_argument("--cosign-key", type=Path, action="append", default=[], help="trusted cosign public key")
+    verify.add_argument("--require", help="schemes that must have a valid signature: sm2,cosign (default: keyed)")
+    verify.add_argument(
+        "--allow-identity", action="append", default=[], metavar="REPO", help="also accept payloads naming REPO"
+    )
+    verify.add_argument("--any-identity", action="store_true", help="ignore docker-reference, like cosign")
+    verify.add_argument("--sm2-distid", default="1234567812345678", help="SM2 distinguishing ID to verify with")
+    verify.add_argument("--archive", type=Path, help="verify the signature files beside an OCI-layout archive")
+    verify.add_argument("--insecure", action="store_true", help="plain http to a non-loopback registry")
+    _add_audit(verify)
+    verify.set_defaults(func=run_verify)
+
+    promote = subparsers.add_parser("promote", parents=parents, help="copy SRC@DIGEST and its signatures to DST")
+    promote.add_argument("source", metavar="SRC@DIGEST")
+    promote.add_argument("target", metavar="DST_REPO[:TAG]")
+    promote.add_argument("--sm2-key", type=Path, help="re-sign for the destination name with this SM2 key")
+    promote.add_argument("--cosign-key", type=Path, help="re-sign for the destination name with this cosign key")
+    promote.add_argument("--insecure", action="store_true", help="plain http to non-loopback registries")
+    _add_audit(promote)
+    promote.set_defaults(func=run_promote)
+
+    audit = subparsers.add_parser("audit", parents=parents, help="audit log tools")
+    audit_sub = audit.add_subparsers(dest="audit_command", metavar="ACTION", parser_class=type(audit))
+    audit_verify = audit_sub.add_parser("verify", parents=parents, help="check the audit log's hash chain")
+    audit_verify.add_argument("path", nargs="?", type=Path, help="default dist/audit.log.jsonl")
+    audit_verify.add_argument("--expect-head", metavar="COUNT:HASH", help="head recorded elsewhere (CI report)")
+    audit_verify.set_defaults(func=run_audit_verify)
+    audit.set_defaults(func=lambda args: _missing_action(audit))
+
+
+def _missing_action(parser: argparse.ArgumentParser) -> int:
+    raise ConfigError(f"{parser.prog}: choose an action (verify)")
+
+
+def _add_audit(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--audit-log",
+        type=Path,
+        default=Path(os.environ.get(AUDIT_ENV, "dist/audit.log.jsonl")),
+        help=f"append-only audit log (default dist/audit.log.jsonl or ${AUDIT_ENV})",
+    )
+    parser.add_argument("--no-audit", action="store_true", help="do not write the audit log")
+
+
+def _audit(args: argparse.Namespace):
+    from signing.audit import AuditLog
+
+    return None if args.no_audit else AuditLog(args.audit_log)
+
+
+# ------------------------------------------------------------------------------------------ secrets
+
+
+def _password(env: str, what: str, *, confirm: bool = False) -> str | None:
+    value = os.environ.get(env)
+    if value is not None:
+        return value
+    if not sys.stdin.isatty():
+        return None
+    first = getpass.getpass(f"password for {what}: ")
+    if confirm and getpass.getpass(f"again, password for {what}: ") != first:
+        raise ConfigError("the passwords did not match")
+    return first
+
+
+def _key_bytes(path: Path | None, env: str, what: str) -> tuple[bytes, str] | None:
+    if path is not None:
+        try:
+            return path.read_bytes(), str(path)
+        except OSError as exc:
+            raise ConfigError(f"cannot read {what} {path}: {exc.strerror}") from exc
+    pem = os.environ.get(env)
+    if pem:
+        return pem.encode(), f"${env}"
+    return None
+
+
+def _is_encrypted(data: bytes) -> bool:
+    return b"ENCRYPTED" in data[:200] or b"Proc-Type: 4,ENCRYPTED" in data
+
+
+def load_sm2_signing_key(path: Path | None):
+    from signing.sm2_keys import load_sm2_private_key
+
+    found = _key_bytes(path, SM2_KEY_ENV, "SM2 key")
+    if found is None:
+        return None
+    data, source = found
+    password = None
+    if _is_encrypted(data):
+        password = _password(SM2_PASSWORD_ENV, f"SM2 key {source}")
+        if password is None:
+            raise SigningError(f"{source} is encrypted: set {SM2_PASSWORD_ENV} (no terminal to ask on)")
+    return load_sm2_private_key(data, password, source=source)
+
+
+def load_cosign_signing_key(path: Path | None):
+    from signing.cosign_keys import SIGSTORE_LABELS, load_cosign_private_key
+
+    found = _key_bytes(path, COSIGN_KEY_ENV, "cosign key")
+    if found is None:
+        return None
+    data, source = found
+    password = None
+    if _is_encrypted(data):
+        password = _password(COSIGN_PASSWORD_ENV, f"cosign key {source}")
+        # cosign lets a key be sealed with an empty password; try that before giving up.
+        if password is None and any(label.encode() in data for label in SIGSTORE_LABELS):
+            password = ""
+        if password is None:
+            raise SigningError(f"{source} is encrypted: set {COSIGN_PASSWORD_ENV} (no terminal to ask on)")
+    return load_cosign_private_key(data, password, source=source)
+
+
+def _public_keys(paths: list[Path], env: str, scheme: str) -> list:
+    from signing.cosign_keys import load_cosign_public_key
+    from signing.sm2_keys import load_sm2_public_key
+
+    blobs = [(p.read_bytes(), str(p)) for p in paths] if paths else []
+    if not blobs and os.environ.get(env):
+        blobs = [(os.environ[env].encode(), f"${env}")]
+    keys = []
+    for data, source in blobs:
+        if b"PRIVATE KEY" in data:  # a private key in the environment: trust its public half
+            loaded = load_sm2_signing_key(None) if scheme == "sm2" else load_cosign_signing_key(None)
+            keys.append(loaded.public_key)
+        elif scheme == "sm2":
+            keys.append(load_sm2_public_key(data, source=source))
+        else:
+            keys.append(load_cosign_public_key(data, source=source))
+    return keys
+
+
+def _write_private(path: Path, data: bytes, force: bool) -> None:
+    flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if force else os.O_EXCL)
+    try:
+        fd = os.open(path, flags, 0o600)
+    except FileExistsError as exc:
+        raise ConfigError(f"{path} exists; pass --force to replace it") from exc
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+    os.chmod(path, 0o600)  # O_CREAT's mode is not applied to a file that already existed
+
+
+def _write_public(path: Path, data: bytes, force: bool) -> None:
+    if path.exists() and not force:
+        raise ConfigError(f"{path} exists; pass --force to replace it")
+    path.write_bytes(data)
+
+
+# ------------------------------------------------------------------------------------------ commands
+
+
+def run_keygen(args: argparse.Namespace) -> int:
+    from signing.cosign_keys import CosignPrivateKey
+    from signing.sm2_keys import Sm2PrivateKey
+
+    if not (args.sm2 or args.cosign):
+        raise ConfigError("keygen: choose --sm2 and/or --cosign")
+    args.out.mkdir(parents=True, exist_ok=True)
+    audit = _audit(args)
+    made = []
+    if args.sm2:
+        password = None if args.no_password else _password(SM2_PASSWORD_ENV, "the new SM2 key", confirm=True)
+        if password is None and not args.no_password:
+            raise ConfigError(f"set {SM2_PASSWORD_ENV} or run in a terminal (or pass --no-password for tests)")
+        key = Sm2PrivateKey.generate()
+        _write_private(args.out / "sm2.key", key.to_pem(password or None), args.force)
+        _write_public(args.out / "sm2.pub", key.public_key.to_pem(), args.force)
+        made.append(("sm2", key.key_id, args.out / "sm2.key", args.out / "sm2.pub"))
+    if args.cosign:
+        password = None if args.no_password else _password(COSIGN_PASSWORD_ENV, "the new cosign key", confirm=True)
+        if password is None and not args.no_password:
+            raise ConfigError(f"set {COSIGN_PASSWORD_ENV} or run in a terminal (or pass --no-password for tests)")
+        key = CosignPrivateKey.generate()
+        _write_private(args.out / "cosign.key", key.to_cosign_pem(password or ""), args.force)
+        _write_public(args.out / "cosign.pub", key.public_key.to_pem(), args.force)
+        made.append(("cosign", key.key_id, args.out / "cosign.key", args.out / "cosign.pub"))
+    for scheme, key_id, private, public in made:
+        print(f"{scheme:<6} key {key_id[:16]}  private {private} (0600)  public {public}")
+        if audit is not None:
+            audit.record("keygen", key_id=key_id, details={"scheme": scheme, "public_key": str(public)})
+    return 0
+
+
+def _annotations(pairs: list[str]) -> dict[str, str]:
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"annotation {pair!r} is not KEY=VALUE")
+        out[key] = value
+    return out
+
+
+def run_sign(args: argparse.Namespace) -> int:
+    from signing.sign import sign_archive, sign_digest
+    from xcforge.oci import Reference
+
+    ref = Reference.parse(args.image)
+    if ref.digest is None:
+        raise ConfigError(
+            f"sign takes a digest, not a tag: {args.image} → use {ref.name}@sha256:... "
+            "(a tag can move between the build and the signature)"
+        )
+    sm2_key = load_sm2_signing_key(args.sm2_key)
+    cosign_key = load_cosign_signing_key(args.cosign_key)
+    if sm2_key is None and cosign_key is None and not args.keyless:
+        raise ConfigError(
+            f"sign: give --sm2-key and/or --cosign-key (or ${SM2_KEY_ENV} / ${COSIGN_KEY_ENV}), or --keyless"
+        )
+    audit = _audit(args)
+    dist_id = args.sm2_distid.encode("utf-8")
+    records = []
+    if sm2_key is not None or cosign_key is not None:
+        common = {"sm2_key": sm2_key, "cosign_key": cosign_key, "sm2_dist_id": dist_id, "audit": audit}
+        if args.archive:
+            records = sign_archive(
+                args.archive, ref.name, ref.digest, annotations=_annotations(args.annotation), **common
+            )
+        else:
+            records = sign_digest(
+                ref.with_digest(None).with_tag(None),
+                ref.digest,
+                annotations=_annotations(args.annotation),
+                insecure=args.insecure,
+                **common,
+            )
+    for record in records:
+        print(record.line())
+    if args.keyless:
+        from signing.keyless import sign_keyless
+
+        record = sign_keyless(ref.with_digest(None).with_tag(None), ref.digest, insecure=args.insecure)
+        if audit is not None:
+            audit.record(
+                "sign", digest=ref.digest, subject=ref.name, details={"scheme": "keyless", "identity": record.identity}
+            )
+        print(record.line())
+    return 0
+
+
+def _target_reference(args: argparse.Namespace) -> tuple[str, Path | None]:
+    """IMAGE@DIGEST (and archive, for archive output) of a target in the last build report."""
+    try:
+        from xcforge.report import load_results
+    except ImportError as exc:
+        raise ConfigError("verify --target needs the build report module; pass IMAGE@DIGEST instead") from exc
+    matches = [r for r in load_results(args.report) if r.target == args.target]
+    if not matches or not matches[-1].digest:
+        raise ConfigError(
+            f"no built digest for target {args.target!r} in {args.report / 'report.json'}; build it first"
+        )
+    result = matches[-1]
+    archive = Path(result.archive) if result.output == "archive" and result.archive else None
+    return f"{result.image_repo}@{result.digest}", archive
+
+
+def run_verify(args: argparse.Namespace) -> int:
+    from signing.verify import verify_archive, verify_image
+    from xcforge.oci import Reference
+
+    if bool(args.image) == bool(args.target):
+        raise ConfigError("verify: give IMAGE@DIGEST or --target NAME (one of them)")
+    image, archive = (args.image, args.archive) if args.image else _target_reference(args)
+    sm2_keys = _public_keys(args.sm2_key, SM2_KEY_ENV, "sm2")
+    cosign_keys = _public_keys(args.cosign_key, COSIGN_KEY_ENV, "cosign")
+    require = [s.strip() for s in args.require.split(",") if s.strip()] if args.require else None
+    options = {
+        "allowed_identities": args.allow_identity,
+        "check_identity": not args.any_identity,
+        "sm2_dist_id": args.sm2_distid.encode("utf-8"),
+    }
+    ref = Reference.parse(image)
+    if archive is not None:
+        if ref.digest is None:
+            raise ConfigError("verify --archive needs IMAGE@DIGEST (the name and digest the archive was signed for)")
+        report = verify_archive(archive, ref.digest, ref.name, sm2_keys, cosign_keys, require, **options)
+    else:
+        report = verify_image(ref, sm2_keys, cosign_keys, require, insecure=args.insecure, **options)
+    for line in report.lines():
+        print(line)
+    audit = _audit(args)
+    if audit is not None:
+        audit.record("verify", digest=report.digest, subject=report.reference, result="ok" if report.ok else "failed")
+    if not report.ok:
+        missing = ", ".join(report.missing) or "see above"
+        raise VerificationFailed(f"{report.reference}: required signatures missing or invalid ({missing})")
+    return 0
+
+
+def run_promote(args: argparse.Namespace) -> int:
+    from signing.promote import promote
+
+    result = promote(
+        args.source,
+        args.target,
+        sm2_key=load_sm2_signing_key(args.sm2_key) if args.sm2_key else None,
+        cosign_key=load_cosign_signing_key(args.cosign_key) if args.cosign_key else None,
+        audit=_audit(args),
+        insecure=args.insecure,
+    )
+    for line in result.lines():
+        print(line)
+    if not result.signatures:
+        print(
+            "note: copied signatures still name the source repository; verify the destination with "
+            "--allow-identity SOURCE, or promote with --sm2-key/--cosign-key to sign it for its new name"
+        )
+    return 0
+
+
+def run_audit_verify(args: argparse.Namespace) -> int:
+    from signing.audit import DEFAULT_AUDIT_LOG, AuditHead, verify_audit_log
+
+    path = args.path or Path(os.environ.get(AUDIT_ENV, DEFAULT_AUDIT_LOG))
+    expected = None
+    if args.expect_head:
+        count, sep, last_hash = args.expect_head.partition(":")
+        if not sep or not count.isdigit():
+            raise ConfigError("--expect-head takes COUNT:HASH")
+        expected = AuditHead(int(count), last_hash)
+    result = verify_audit_log(path, expected_head=expected)
+    if not result.ok:
+        raise VerificationFailed(f"audit log {path}: {result.problem}")
+    print(f"audit log {path}: {result.count} entries, chain intact, head {result.count}:{result.last_hash}")
+    return 0
