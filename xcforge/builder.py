@@ -409,9 +409,9 @@ def _attach_tags(plan: BuildPlan, digest: str, sources: list[str] | None = None,
 # --------------------------------------------------------------------------- many targets
 
 
-def _prepare_contexts(plans: list[BuildPlan], dist: Path) -> tuple[Path, str]:
+def _prepare_contexts(matrix: Matrix, plans: list[BuildPlan]) -> tuple[Path, str]:
     engine_dir = plans[0].named_contexts["engine"]
-    _, engine_hash = ensure_engine_wheel(engine_dir)
+    _, engine_hash = ensure_engine_wheel(engine_dir, matrix.images_dir / "engine")
     for plan in plans:
         wheels = plan.named_contexts["wheels"]
         if not wheels.exists():
@@ -437,7 +437,7 @@ def run_builds(request: BuildRequest) -> int:
     _check_rendered(request.matrix, plans)
     env = check_docker()
     _say(f"docker {env.server_version}, buildx {'.'.join(map(str, env.buildx_version))}, native {env.native_platform}")
-    engine_dir, engine_hash = _prepare_contexts(plans, request.options.dist_dir)
+    engine_dir, engine_hash = _prepare_contexts(request.matrix, plans)
 
     results: list[BuildResult] = []
     failed = False
@@ -474,9 +474,10 @@ def run_builds(request: BuildRequest) -> int:
         order = {plan.target.name: i for i, plan in enumerate(plans)}
         results.sort(key=lambda r: order[r.target])
 
-    if request.sign and not failed:
-        from xcforge.publish import sign_results
+    from xcforge.publish import record_builds, sign_results
 
+    record_builds(results, request.options.dist_dir)
+    if request.sign and not failed:
         failed |= not sign_results(results, request)
     if request.smoke and not failed:
         from xcforge.smoke import smoke_results

@@ -15,20 +15,18 @@ from pathlib import Path
 
 from xcforge.errors import EnvironmentProblem
 from xcforge.fingerprint import hash_tree
-from xcforge.render import IMAGES_DIR
 from xcforge.shell import run
 
-ENGINE_SRC = IMAGES_DIR / "engine"
 _STAMP = ".source-sha256"
 # 2020-01-01: any fixed value makes zip timestamps reproducible.
 _SOURCE_DATE_EPOCH = "1577836800"
 
 
-def engine_source_hash(src: Path = ENGINE_SRC) -> str:
+def engine_source_hash(src: Path) -> str:
     return hash_tree(src)
 
 
-def ensure_engine_wheel(dest: Path, src: Path = ENGINE_SRC) -> tuple[Path, str]:
+def ensure_engine_wheel(dest: Path, src: Path) -> tuple[Path, str]:
     """Build the wheel into dest unless dest already holds one for these exact sources."""
     if not (src / "pyproject.toml").exists():
         raise EnvironmentProblem(f"{src}/pyproject.toml is missing: the engine package is not in this checkout")

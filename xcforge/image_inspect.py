@@ -118,6 +118,21 @@ class OciArchive:
             descriptor = layout["manifests"][0]
             return descriptor["digest"], self.blob(tar, descriptor["digest"])
 
+    def configs(self) -> dict[str, dict]:
+        """platform → image config, like image_configs() for a registry reference."""
+        out: dict[str, dict] = {}
+        with tarfile.open(self.path) as tar:
+            layout = self._read(tar, "index.json")
+            top = self.blob(tar, layout["manifests"][0]["digest"])
+            descriptors = top.get("manifests") or [layout["manifests"][0]]
+            for descriptor in descriptors:
+                if _is_attestation(descriptor):
+                    continue
+                manifest = self.blob(tar, descriptor["digest"])
+                config = self.blob(tar, manifest["config"]["digest"])
+                out[f"{config.get('os', 'linux')}/{config.get('architecture', '?')}"] = config
+        return out
+
     def platforms(self) -> dict[str, tuple[str, int]]:
         with tarfile.open(self.path) as tar:
             layout = self._read(tar, "index.json")

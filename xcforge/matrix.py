@@ -280,6 +280,19 @@ class Matrix(_Frozen):
     engine: Engine
     targets: dict[str, Target]
 
+    # A matrix file sits at the root of a project layout: templates/ and images/ beside it.
+    @property
+    def root(self) -> Path:
+        return self.path.resolve().parent
+
+    @property
+    def templates_dir(self) -> Path:
+        return self.root / "templates"
+
+    @property
+    def images_dir(self) -> Path:
+        return self.root / "images"
+
     def engine_version(self, target: Target) -> str:
         """The vLLM release a target gets: its own pin, or the shared one."""
         return target.engine.version or self.engine.version

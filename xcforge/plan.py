@@ -17,7 +17,7 @@ from packaging.version import Version
 
 from xcforge.errors import ConfigError
 from xcforge.matrix import Matrix, Target
-from xcforge.render import IMAGES_DIR, REPO_ROOT
+from xcforge.render import REPO_ROOT
 from xcforge.site import SiteConfig
 
 OutputMode = Literal["archive", "push", "push-by-digest"]
@@ -223,7 +223,7 @@ def make_plan(matrix: Matrix, target: Target, site: SiteConfig, options: BuildOp
     work = options.dist_dir / ".contexts"
     named_contexts = {
         "engine": work / "engine",  # the xcforge-engine wheel, built by the builder before each build
-        "support": IMAGES_DIR / "support",
+        "support": matrix.images_dir / "support",
         "wheels": wheelhouse if wheelhouse else work / "empty-wheelhouse",
     }
     secrets: list[SecretSource] = []
@@ -243,8 +243,8 @@ def make_plan(matrix: Matrix, target: Target, site: SiteConfig, options: BuildOp
         image_repo=repo,
         tags=tags,
         output=output,
-        dockerfile=IMAGES_DIR / target.name / "Dockerfile",
-        context=IMAGES_DIR / target.name,
+        dockerfile=matrix.images_dir / target.name / "Dockerfile",
+        context=matrix.images_dir / target.name,
         named_contexts=named_contexts,
         build_args=build_args,
         secrets=tuple(secrets),

@@ -18,8 +18,6 @@ from xcforge.errors import RenderError
 from xcforge.matrix import Matrix, Target
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-TEMPLATES_DIR = REPO_ROOT / "templates"
-IMAGES_DIR = REPO_ROOT / "images"
 
 LABEL_PREFIX = "io.xcforge"
 
@@ -123,7 +121,8 @@ def render_context(matrix: Matrix, target: Target) -> dict:
     }
 
 
-def render_target(matrix: Matrix, target: Target, templates_dir: Path = TEMPLATES_DIR) -> RenderedDockerfile:
+def render_target(matrix: Matrix, target: Target, templates_dir: Path | None = None) -> RenderedDockerfile:
+    templates_dir = templates_dir or matrix.templates_dir
     env = _environment(templates_dir)
     name = template_name(target)
     try:
@@ -139,7 +138,7 @@ def render_target(matrix: Matrix, target: Target, templates_dir: Path = TEMPLATE
     except jinja2.TemplateSyntaxError as exc:
         raise RenderError(f"{exc.filename or name}:{exc.lineno}: template syntax error: {exc.message}") from exc
     text = _tidy(text)
-    return RenderedDockerfile(target=target.name, text=text, path=IMAGES_DIR / target.name / "Dockerfile")
+    return RenderedDockerfile(target=target.name, text=text, path=matrix.images_dir / target.name / "Dockerfile")
 
 
 def _tidy(text: str) -> str:

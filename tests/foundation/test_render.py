@@ -121,25 +121,18 @@ def test_unknown_target_lists_valid_ones():
 
 
 def test_render_check_detects_drift(tmp_path):
-    shutil.copytree(REPO / "templates", tmp_path / "templates")
-    (tmp_path / "images").mkdir()
     from xcforge import render
 
-    original = (render.TEMPLATES_DIR, render.IMAGES_DIR)
-    render.IMAGES_DIR = tmp_path / "images"
-    try:
-        assert {r.status for r in render.write_or_check(MATRIX, list(MATRIX.targets.values()), check=True)} == {
-            "missing"
-        }
-        render.write_or_check(MATRIX, list(MATRIX.targets.values()), check=False)
-        path = tmp_path / "images" / "cpu" / "Dockerfile"
-        path.write_text(path.read_text() + "# hand edit\n")
-        statuses = {
-            r.target: r.status for r in render.write_or_check(MATRIX, list(MATRIX.targets.values()), check=True)
-        }
-        assert statuses["cpu"] == "stale" and statuses["cuda"] == "ok"
-    finally:
-        render.TEMPLATES_DIR, render.IMAGES_DIR = original
+    shutil.copytree(REPO / "templates", tmp_path / "templates")
+    shutil.copy(REPO / "matrix.yaml", tmp_path / "matrix.yaml")
+    matrix = load_matrix(tmp_path / "matrix.yaml")
+    targets = list(matrix.targets.values())
+    assert {r.status for r in render.write_or_check(matrix, targets, check=True)} == {"missing"}
+    render.write_or_check(matrix, targets, check=False)
+    path = tmp_path / "images" / "cpu" / "Dockerfile"
+    path.write_text(path.read_text() + "# hand edit\n")
+    statuses = {r.target: r.status for r in render.write_or_check(matrix, targets, check=True)}
+    assert statuses["cpu"] == "stale" and statuses["cuda"] == "ok"
 
 
 def test_render_check_cli_passes_on_committed_tree():

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# The full test suite: lint, unit tests, then the docker-marked integration tests (real engine,
+# buildx, QEMU, registry) and the slow ones (real vLLM CPU engine install and serve).
+# Needs `sudo scripts/provision.sh` to have run. Fast unit tests only: `.venv/bin/pytest`.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+export PATH="$PWD/.venv/bin:/usr/bin:$PATH"
+
+ruff check .
+ruff format --check .
+python build.py render --all --check
+exec python -m pytest --docker --slow -q -p no:cacheprovider "$@"

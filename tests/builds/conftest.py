@@ -1,0 +1,85 @@
+"""Fixtures for build integration tests: a real engine, buildx, QEMU and the local registry.
+
+These tests are marked `docker`; scripts/provision.sh must have run (it starts the engine and the
+registry on 127.0.0.1:5000 and pushes the stand-in bases the site config sites/standin.yaml maps).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+import requests
+
+REPO = Path(__file__).resolve().parents[2]
+REGISTRY = os.environ.get("XCFORGE_TEST_REGISTRY", "127.0.0.1:5000")
+SITE = REPO / "sites" / "standin.yaml"
+
+
+def cli(*args: str, env: dict | None = None, cwd: Path = REPO, timeout: int = 3600) -> subprocess.CompletedProcess:
+    """Run build.py as a user does; output is kept for assertions and shown on failure."""
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "build.py"), *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env={**os.environ, **(env or {})},
+        timeout=timeout,
+    )
+    sys.stderr.write(proc.stderr[-4000:])
+    return proc
+
+
+def registry_get(path: str, accept: str | None = None) -> requests.Response:
+    headers = {"Accept": accept} if accept else {}
+    return requests.get(f"http://{REGISTRY}/v2/{path}", headers=headers, timeout=30)
+
+
+INDEX_ACCEPT = "application/vnd.oci.image.index.v1+json,application/vnd.oci.image.manifest.v1+json"
+
+
+def manifest(repo: str, reference: str) -> dict:
+    response = registry_get(f"{repo}/manifests/{reference}", INDEX_ACCEPT)
+    response.raise_for_status()
+    return response.json()
+
+
+def tags(repo: str) -> list[str]:
+    response = registry_get(f"{repo}/tags/list")
+    if response.status_code == 404:
+        return []
+    response.raise_for_status()
+    return response.json().get("tags") or []
+
+
+@pytest.fixture(scope="session")
+def registry() -> str:
+    try:
+        requests.get(f"http://{REGISTRY}/v2/", timeout=5).raise_for_status()
+    except requests.RequestException as exc:
+        pytest.fail(f"no registry at {REGISTRY} ({exc}); run `sudo scripts/provision.sh` first")
+    return REGISTRY
+
+
+@pytest.fixture(scope="session")
+def prefix(registry: str) -> str:
+    """A fresh repository prefix per test session, so runs never see each other's images."""
+    return f"{registry}/xcforge-test-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture()
+def project(tmp_path: Path) -> Path:
+    """A copy of the project layout (matrix, templates, images) that a test may change."""
+    root = tmp_path / "project"
+    root.mkdir()
+    shutil.copy(REPO / "matrix.yaml", root / "matrix.yaml")
+    shutil.copytree(REPO / "templates", root / "templates")
+    shutil.copytree(
+        REPO / "images", root / "images", ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__")
+    )
+    return root

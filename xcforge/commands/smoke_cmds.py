@@ -1,0 +1,73 @@
+"""`smoke`: smoke-test an already-built image (by digest, or the last build of a target)."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import asdict
+from pathlib import Path
+
+from xcforge.docker_env import check_docker
+from xcforge.errors import ConfigError, SmokeFailed
+from xcforge.matrix import load_matrix
+from xcforge.plan import DIST_DIR
+from xcforge.report import load_results, print_table, write_reports
+from xcforge.smoke import FAIL, SmokeSubject, run_smoke
+
+
+def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    parser = subparsers.add_parser(
+        "smoke",
+        parents=[common],
+        help="smoke-test a built image (metadata, files, commands, doctor, serve)",
+        description="Smoke-test IMAGE@DIGEST (or the target's last build recorded in dist/report.json).",
+    )
+    parser.add_argument("--target", "-t", required=True)
+    parser.add_argument("--image", help="REPO@sha256:... to test (default: the last build of --target)")
+    parser.add_argument("--platform", action="append", default=[], help="only this platform (repeatable)")
+    parser.add_argument("--dist", type=Path, default=DIST_DIR)
+    serve = parser.add_mutually_exclusive_group()
+    serve.add_argument("--serve", dest="serve", action="store_true", default=None, help="force the serve test")
+    serve.add_argument("--no-serve", dest="serve", action="store_false", help="skip the serve test")
+    parser.add_argument("--model", type=Path, help="model directory for the serve test (default: a generated tiny one)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    matrix = load_matrix(args.matrix)
+    target = matrix.target(args.target)
+    results = load_results(args.dist)
+    record = next((r for r in results if r.target == target.name), None)
+    archive = None
+    engine_install = "full"
+    if args.image:
+        if "@sha256:" not in args.image:
+            raise ConfigError(f"--image {args.image}: smoke tests run against a digest (REPO@sha256:...), not a tag")
+        ref = args.image
+        platforms = tuple(args.platform) or target.platforms
+        if record and record.digest and args.image.endswith(record.digest):
+            engine_install = record.engine_install
+    else:
+        if record is None or not record.digest:
+            raise ConfigError(
+                f"{args.dist}/report.json has no build of '{target.name}'; build it first or pass --image REPO@DIGEST"
+            )
+        ref = record.refs[0] if record.output == "archive" else f"{record.image_repo}@{record.digest}"
+        platforms = tuple(args.platform) or tuple(p.platform for p in record.platforms)
+        engine_install = record.engine_install
+        archive = Path(record.archive) if record.archive else None
+    native = check_docker().native_platform
+    subject = SmokeSubject(target, ref, platforms, native, engine_install, archive)
+    checks = run_smoke(subject, serve=args.serve, model_dir=args.model)
+    if record is not None:
+        record.smoke = [asdict(c) for c in checks]
+        write_reports(results, args.dist)
+        print_table([record])
+    failed = [c for c in checks if c.status == FAIL]
+    passed = sum(1 for c in checks if c.status == "pass")
+    skipped = sum(1 for c in checks if c.status == "skip")
+    print(f"smoke {target.name}: {passed} passed, {len(failed)} failed, {skipped} skipped")
+    if failed:
+        raise SmokeFailed(
+            f"{len(failed)} smoke check(s) failed for {target.name}: " + ", ".join(c.check for c in failed)
+        )
+    return 0

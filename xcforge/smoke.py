@@ -1,0 +1,400 @@
+"""Smoke tests of a built image, by digest, for every platform: the last arrow before the report.
+
+What is checked comes from the target's `smoke` spec and runtime contract in matrix.yaml:
+image metadata (read from the artifact itself: registry or OCI archive), files that must exist,
+commands with expected output, `doctor --json` reporting exactly the target's missing devices on a
+machine without them, and, where the image can serve here, a real OpenAI-API serve test. Every
+container is removed, whatever happens. arm64 runs under QEMU; checks that cannot work there are
+skipped with the reason in the report.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+import json
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from xcforge import image_inspect
+from xcforge.matrix import Target
+from xcforge.render import REPO_ROOT
+from xcforge.shell import DOCKER, run
+
+PASS, FAIL, SKIP = "pass", "fail", "skip"
+TINY_MODEL_SCRIPT = REPO_ROOT / "tools" / "make_tiny_model.py"
+
+
+@dataclass
+class SmokeCheck:
+    check: str
+    platform: str
+    status: str
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class SmokeSubject:
+    """The image under test: a registry reference by digest, or a loaded archive's tag + its file."""
+
+    target: Target
+    ref: str  # what `docker run` takes (repo@digest, or a tag of a loaded archive)
+    platforms: tuple[str, ...]
+    native_platform: str
+    engine_install: str = "full"
+    archive: Path | None = None
+
+
+def _say(message: str) -> None:
+    print(f"[smoke] {message}", file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------- metadata
+
+
+def _configs(subject: SmokeSubject) -> dict[str, dict]:
+    if subject.archive:
+        return image_inspect.OciArchive(subject.archive).configs()
+    return image_inspect.image_configs(subject.ref)
+
+
+def check_metadata(subject: SmokeSubject, config: dict, platform: str) -> list[SmokeCheck]:
+    target = subject.target
+    cfg = config.get("config") or {}
+    user = f"{target.runtime.user.uid}:{target.runtime.user.gid}"
+    expectations = {
+        "metadata.user": (cfg.get("User"), user),
+        "metadata.entrypoint": (cfg.get("Entrypoint"), ["/usr/bin/tini", "--", "xcforge-engine"]),
+        "metadata.cmd": (cfg.get("Cmd"), ["serve"]),
+        "metadata.exposed_port": (sorted(cfg.get("ExposedPorts") or {}), [f"{target.runtime.port}/tcp"]),
+        "metadata.healthcheck": (
+            (cfg.get("Healthcheck") or {}).get("Test"),
+            ["CMD", "xcforge-engine", "healthcheck"],
+        ),
+    }
+    labels = cfg.get("Labels") or {}
+    checks = []
+    for name, (have, want) in expectations.items():
+        ok = have == want
+        checks.append(SmokeCheck(name, platform, PASS if ok else FAIL, "" if ok else f"got {have!r}, want {want!r}"))
+    for key, want in (("io.xcforge.target", target.name), ("io.xcforge.backend", target.backend)):
+        have = labels.get(key)
+        checks.append(SmokeCheck(f"metadata.label.{key}", platform, PASS if have == want else FAIL, f"{have!r}"))
+    for key in ("org.opencontainers.image.revision", "org.opencontainers.image.base.digest", "io.xcforge.fingerprint"):
+        have = labels.get(key) or ""
+        checks.append(SmokeCheck(f"metadata.label.{key}", platform, PASS if have else FAIL, have[:32] or "empty"))
+    arch = platform.split("/")[1]
+    have_arch = config.get("architecture")
+    checks.append(SmokeCheck("metadata.architecture", platform, PASS if have_arch == arch else FAIL, str(have_arch)))
+    return checks
+
+
+# --------------------------------------------------------------------------- containers
+
+
+def _docker_run(subject: SmokeSubject, platform: str, args: list[str], *, timeout: int = 600, entrypoint=None):
+    name = f"xcforge-smoke-{uuid.uuid4().hex[:10]}"
+    cmd = [DOCKER, "run", "--rm", "--name", name, "--platform", platform, "--shm-size", "1g"]
+    if entrypoint:
+        cmd += ["--entrypoint", entrypoint]
+    cmd += [subject.ref, *args]
+    try:
+        return run(cmd, capture=True, check=False, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        subprocess.run([DOCKER, "rm", "-f", name], capture_output=True)
+        raise
+
+
+def check_files(subject: SmokeSubject, platform: str) -> list[SmokeCheck]:
+    files = subject.target.smoke.files
+    if not files:
+        return []
+    script = 'for f in "$@"; do [ -e "$f" ] || echo "missing: $f"; done'
+    proc = _docker_run(subject, platform, ["-c", script, "sh", *files], entrypoint="/bin/sh")
+    missing = [line.split(": ", 1)[1] for line in proc.stdout.decode().splitlines() if line.startswith("missing: ")]
+    return [
+        SmokeCheck(f"file {path}", platform, FAIL if path in missing else PASS, "missing" if path in missing else "")
+        for path in files
+    ]
+
+
+def check_commands(subject: SmokeSubject, platform: str) -> list[SmokeCheck]:
+    checks = []
+    for command in subject.target.smoke.commands:
+        proc = _docker_run(subject, platform, list(command.run[1:]), entrypoint=command.run[0])
+        output = proc.stdout.decode(errors="replace") + proc.stderr.decode(errors="replace")
+        problems = []
+        if proc.returncode != command.expect_exit:
+            problems.append(f"exit {proc.returncode}, want {command.expect_exit}")
+        if command.expect_output and not re.search(command.expect_output, output):
+            problems.append(f"output does not match /{command.expect_output}/")
+        detail = "; ".join(problems) + (f": {output.strip()[-300:]}" if problems else "")
+        checks.append(SmokeCheck(f"command {command.name}", platform, FAIL if problems else PASS, detail))
+    return checks
+
+
+def _pattern_base(pattern: str) -> str:
+    return re.split(r"[\[*<]", pattern, maxsplit=1)[0]
+
+
+def check_doctor(subject: SmokeSubject, platform: str) -> list[SmokeCheck]:
+    """On a machine without the hardware, doctor must name exactly the target's devices, and fail."""
+    proc = _docker_run(subject, platform, ["doctor", "--json"])
+    try:
+        report = json.loads(proc.stdout.decode())
+    except json.JSONDecodeError:
+        tail = (proc.stdout + proc.stderr).decode(errors="replace").strip()[-300:]
+        return [SmokeCheck("doctor --json", platform, FAIL, f"not JSON (exit {proc.returncode}): {tail}")]
+    errors = [c for c in report.get("checks", []) if c.get("status") == "error"]
+    reported = set()
+    for check in errors:
+        if ".device" in check.get("id", ""):
+            reported.update(re.findall(r"/dev/[\w<>\[\]*-]+", check.get("message", "")))
+    wanted = subject.target.runtime.devices
+    missing_from_report = [
+        p for p in wanted if not any(fnmatch.fnmatch(r, p) or _pattern_base(r) == _pattern_base(p) for r in reported)
+    ]
+    unexpected = sorted(
+        r for r in reported if not any(fnmatch.fnmatch(r, p) or _pattern_base(r) == _pattern_base(p) for p in wanted)
+    )
+    checks = []
+    if wanted:
+        ok = not missing_from_report and not unexpected and proc.returncode != 0
+        detail = f"exit {proc.returncode}; reported {sorted(reported)}"
+        if missing_from_report:
+            detail += f"; not reported: {missing_from_report}"
+        if unexpected:
+            detail += f"; unexpected: {unexpected}"
+        checks.append(SmokeCheck("doctor reports the missing devices", platform, PASS if ok else FAIL, detail))
+    else:
+        ok = not reported and report.get("verdict") != "error"
+        checks.append(
+            SmokeCheck(
+                "doctor without devices",
+                platform,
+                PASS if ok else FAIL,
+                f"verdict {report.get('verdict')}, exit {proc.returncode}",
+            )
+        )
+    return checks
+
+
+# --------------------------------------------------------------------------- serve
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextlib.contextmanager
+def tiny_model(directory: Path | None = None) -> Iterator[Path]:
+    """A random-weight Llama model made by tools/make_tiny_model.py (never committed)."""
+    if directory and (directory / "config.json").exists():
+        yield directory
+        return
+    with tempfile.TemporaryDirectory(prefix="xcforge-tiny-model-") as tmp:
+        out = directory or Path(tmp) / "tiny-llama"
+        run([sys.executable, str(TINY_MODEL_SCRIPT), str(out)], capture=True)
+        out.chmod(0o755)
+        for path in out.rglob("*"):
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        yield out
+
+
+@dataclass
+class ServedContainer:
+    name: str
+    port: int
+    model: str
+
+
+@contextlib.contextmanager
+def served(subject: SmokeSubject, model_dir: Path, *, extra_env: dict[str, str] | None = None,
+           memory: str | None = None, cpus: str | None = None) -> Iterator[ServedContainer]:  # fmt: skip
+    """`docker run -d` the image serving model_dir; always removed afterwards."""
+    name = f"xcforge-serve-{uuid.uuid4().hex[:10]}"
+    port = _free_port()
+    target = subject.target
+    cmd = [DOCKER, "run", "-d", "--name", name, "--platform", subject.native_platform]
+    cmd += ["-p", f"127.0.0.1:{port}:{target.runtime.port}", "--shm-size", target.runtime.shm_size]
+    cmd += ["-v", f"{model_dir}:/models/tiny:ro"]
+    for key, value in (extra_env or {}).items():
+        cmd += ["-e", f"{key}={value}"]
+    if memory:
+        cmd += ["--memory", memory]
+    if cpus:
+        cmd += ["--cpus", cpus]
+    cmd += [subject.ref, "--model", "/models/tiny", "--served-model-name", "tiny", "--max-model-len", "512"]
+    try:
+        run(cmd, capture=True)
+        yield ServedContainer(name=name, port=port, model="tiny")
+    finally:
+        subprocess.run([DOCKER, "rm", "-f", name], capture_output=True)
+
+
+def container_state(name: str) -> dict:
+    proc = subprocess.run([DOCKER, "inspect", "--format", "{{json .State}}", name], capture_output=True, text=True)
+    return json.loads(proc.stdout) if proc.returncode == 0 and proc.stdout.strip() else {}
+
+
+def wait_healthy(container: ServedContainer, timeout: float = 420) -> tuple[bool, str]:
+    import requests
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        state = container_state(container.name)
+        if state and not state.get("Running"):
+            logs = subprocess.run([DOCKER, "logs", "--tail", "30", container.name], capture_output=True, text=True)
+            return False, f"container exited ({state.get('ExitCode')}): {(logs.stdout + logs.stderr)[-800:]}"
+        with contextlib.suppress(requests.RequestException):
+            if requests.get(f"http://127.0.0.1:{container.port}/health", timeout=5).status_code == 200:
+                return True, ""
+        time.sleep(2)
+    return False, f"/health did not answer 200 within {timeout:.0f} s"
+
+
+def check_serve(subject: SmokeSubject, model_dir: Path | None = None) -> list[SmokeCheck]:
+    import requests
+    from openai import OpenAI
+
+    platform = subject.native_platform
+    checks: list[SmokeCheck] = []
+
+    def record(name: str, ok: bool, detail: str = "") -> bool:
+        checks.append(SmokeCheck(f"serve {name}", platform, PASS if ok else FAIL, detail))
+        return ok
+
+    with tiny_model(model_dir) as model, served(subject, model, extra_env={"VLLM_CPU_KVCACHE_SPACE": "1"}) as c:
+        started = time.monotonic()
+        ok, detail = wait_healthy(c)
+        if not record("/health", ok, detail or f"200 after {time.monotonic() - started:.0f} s"):
+            return checks
+        base = f"http://127.0.0.1:{c.port}"
+        client = OpenAI(base_url=f"{base}/v1", api_key="unused", timeout=120)
+        models = [m.id for m in client.models.list().data]
+        record("/v1/models", models == ["tiny"], str(models))
+        completion = client.completions.create(model="tiny", prompt="Hello", max_tokens=8, temperature=0)
+        record(
+            "completion",
+            bool(completion.choices) and completion.usage.completion_tokens > 0,
+            repr(completion.choices[0].text),
+        )
+        chat = client.chat.completions.create(
+            model="tiny", messages=[{"role": "user", "content": "Hi"}], max_tokens=8, temperature=0
+        )
+        record(
+            "chat completion",
+            bool(chat.choices) and chat.usage.completion_tokens > 0,
+            repr(chat.choices[0].message.content),
+        )
+        stream = client.chat.completions.create(
+            model="tiny", messages=[{"role": "user", "content": "Hi"}], max_tokens=8, stream=True
+        )
+        chunks = [chunk for chunk in stream]
+        record("streamed chat", len(chunks) >= 2, f"{len(chunks)} chunks")
+        metrics = requests.get(f"{base}/metrics", timeout=30).text
+        record("/metrics", "vllm:" in metrics, f"{len(metrics.splitlines())} lines")
+        deadline = time.monotonic() + 90
+        status = ""
+        while time.monotonic() < deadline:
+            status = (container_state(c.name).get("Health") or {}).get("Status", "")
+            if status == "healthy":
+                break
+            time.sleep(2)
+        record("docker health", status == "healthy", status)
+        stop_started = time.monotonic()
+        run([DOCKER, "stop", "--time", "30", c.name], capture=True, check=False)
+        state = container_state(c.name)
+        took = time.monotonic() - stop_started
+        exit_code = state.get("ExitCode")
+        # 137 would mean Docker had to SIGKILL it after the timeout: not a clean shutdown.
+        record("graceful stop", exit_code in (0, 143) and took < 30, f"exit {exit_code} after {took:.1f} s")
+    return checks
+
+
+# --------------------------------------------------------------------------- orchestration
+
+
+def run_smoke(subject: SmokeSubject, *, serve: bool | None = None, model_dir: Path | None = None) -> list[SmokeCheck]:
+    checks: list[SmokeCheck] = []
+    configs = _configs(subject)
+    for platform in subject.platforms:
+        _say(f"{subject.target.name} {platform}: {subject.ref}")
+        config = configs.get(platform)
+        if config is None:
+            checks.append(SmokeCheck("metadata", platform, FAIL, f"no {platform} image in {subject.ref}"))
+            continue
+        checks += check_metadata(subject, config, platform)
+        checks += check_files(subject, platform)
+        checks += check_commands(subject, platform)
+        checks += check_doctor(subject, platform)
+    want_serve = subject.target.smoke.serve if serve is None else serve
+    if want_serve:
+        checks += _serve_or_skip(subject, model_dir)
+    for check in checks:
+        _say(f"{check.status:4} {check.platform:12} {check.check} {check.detail}".rstrip())
+    return checks
+
+
+def _serve_or_skip(subject: SmokeSubject, model_dir: Path | None) -> list[SmokeCheck]:
+    checks = []
+    for platform in subject.platforms:
+        if platform != subject.native_platform:
+            checks.append(
+                SmokeCheck(
+                    "serve",
+                    platform,
+                    SKIP,
+                    "needs a native runner: torch segfaults under QEMU user emulation (runs on [self-hosted, arm64] "
+                    "or ubuntu-24.04-arm)",
+                )
+            )
+    if subject.native_platform not in subject.platforms:
+        return checks
+    arch = subject.native_platform.split("/")[1]
+    if subject.engine_install in ("skip", f"skip-{arch}"):
+        checks.append(
+            SmokeCheck("serve", subject.native_platform, SKIP, "stand-in build without the engine on this platform")
+        )
+        return checks
+    return checks + check_serve(subject, model_dir)
+
+
+def smoke_results(results, request) -> bool:
+    """Builder hook: smoke-test every built or skipped result; record checks in the report."""
+    from xcforge.docker_env import check_docker
+
+    native = check_docker().native_platform
+    ok = True
+    for result in results:
+        if result.error or not result.digest:
+            continue
+        target = request.matrix.targets[result.target]
+        ref = result.refs[0] if result.output == "archive" else f"{result.image_repo}@{result.digest}"
+        subject = SmokeSubject(
+            target=target,
+            ref=ref,
+            platforms=tuple(p.platform for p in result.platforms),
+            native_platform=native,
+            engine_install=result.engine_install,
+            archive=Path(result.archive) if result.archive else None,
+        )
+        checks = run_smoke(subject)
+        result.smoke = [asdict(c) for c in checks]
+        failed = [c for c in checks if c.status == FAIL]
+        if failed:
+            ok = False
+            result.error = f"{len(failed)} smoke check(s) failed: " + ", ".join(
+                f"{c.check} ({c.platform})" for c in failed[:5]
+            )
+    return ok
