@@ -92,6 +92,14 @@ def test_explicit_environment_always_wins(cpu_box, env_for, capsys):
         assert f"[xcforge] {line} (kept from environment)" in err
 
 
+def test_kv_cache_flag_leaves_the_variable_unset(cpu_box, env_for):
+    p = plan(cpu_box, env_for("cpu"), "--model", "/models/m", "--kv-cache-memory-bytes", str(GIB))
+    assert "VLLM_CPU_KVCACHE_SPACE" not in p.env
+    assert by_name(p)["VLLM_CPU_KVCACHE_SPACE"].log_line() == (
+        "VLLM_CPU_KVCACHE_SPACE unset (why: --kv-cache-memory-bytes sizes the KV cache)"
+    )
+
+
 def test_reserved_cpus_from_environment_shape_the_binding(cpu_box, env_for):
     cpu_box.cgroup_v2(memory_max=str(8 * GIB), cpu_max="max 100000", cpuset="0-7")
     p = plan(cpu_box, env_for("cpu", VLLM_CPU_NUM_OF_RESERVED_CPU="2"), "--model", "/models/m")

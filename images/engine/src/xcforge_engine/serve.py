@@ -295,7 +295,6 @@ def plan_serve(
     settings = backend.derive(given)
 
     port = _int_flag(operator, "port", 0)
-    port_argv: list[str] = []
     if not port:
         port = DEFAULT_PORT
         if env.get("XCFORGE_PORT"):
@@ -303,12 +302,11 @@ def plan_serve(
                 port = int(env["XCFORGE_PORT"])
             except ValueError:
                 raise UsageError(f"XCFORGE_PORT={env['XCFORGE_PORT']!r} is not a port number") from None
-            port_argv = ["--port", str(port)]
             settings.append(Setting("--port", str(port), f"XCFORGE_PORT={port}", kind="arg"))
 
     env_changes = {s.name: s.value for s in settings if s.kind == "env" and not s.kept and s.value is not None}
-    derived_argv = [token for s in settings if s.name != "--port" for token in s.argv()]
-    argv = [python, "-m", API_SERVER_MODULE, *model_argv, *preset_argv, *derived_argv, *port_argv, *operator]
+    derived_argv = [token for s in settings for token in s.argv()]
+    argv = [python, "-m", API_SERVER_MODULE, *model_argv, *preset_argv, *derived_argv, *operator]
     return ServePlan(
         argv=argv,
         env={**env, **env_changes},

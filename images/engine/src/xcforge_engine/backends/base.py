@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 from xcforge_engine.host import Host
@@ -103,7 +103,6 @@ class DeriveInput:
     model: LocalModel | None = None
     preset: Preset | None = None
     tp: int = 1
-    extra: dict[str, object] = field(default_factory=dict)
 
 
 class Backend(Protocol):

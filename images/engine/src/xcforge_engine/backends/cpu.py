@@ -24,7 +24,7 @@ from xcforge_engine.cpuinfo import read_cpuinfo
 from xcforge_engine.errors import PreflightFailed, UsageError
 from xcforge_engine.host import Host
 from xcforge_engine.image import ImageFacts
-from xcforge_engine.limits import GIB, format_cpulist, gib, has_capability, numa_nodes, read_limits
+from xcforge_engine.limits import GIB, Limits, format_cpulist, gib, has_capability, numa_nodes, read_limits
 from xcforge_engine.modelinfo import DTYPE_BYTES, kv_shape, max_len_for_kv, weight_bytes
 from xcforge_engine.software import Software
 
@@ -125,7 +125,11 @@ class CpuBackend:
                     settings.append(Setting("--max-model-len", str(fit), why, kind="arg"))
         return settings
 
-    def _kv_cache(self, given: DeriveInput, limits, served: str | None, settings: list[Setting]) -> int | None:
+    def _kv_cache(self, given: DeriveInput, limits: Limits, served: str | None, settings: list[Setting]) -> int | None:
+        if "kv-cache-memory-bytes" in given.given and KV_VAR not in given.env:
+            # vLLM lets the integer-GiB variable override the byte-sized flag: leave it unset.
+            settings.append(Setting(KV_VAR, None, "--kv-cache-memory-bytes sizes the KV cache"))
+            return None
         if KV_VAR in given.env:
             settings.append(Setting(KV_VAR, given.env[KV_VAR], "", kept=True))
             try:
@@ -155,7 +159,7 @@ class CpuBackend:
         settings.append(Setting(KV_VAR, str(kv), why, warning=warning))
         return kv
 
-    def _threads(self, given: DeriveInput, limits, settings: list[Setting]) -> None:
+    def _threads(self, given: DeriveInput, limits: Limits, settings: list[Setting]) -> None:
         cpus, cpus_why = limits.cpu.usable()
         if RESERVED_VAR in given.env:
             settings.append(Setting(RESERVED_VAR, given.env[RESERVED_VAR], "", kept=True))
