@@ -159,6 +159,7 @@ def promote(
     result = PromotionResult(str(src), dst.name + (f":{dst.tag}" if dst.tag else "") + f"@{src.digest}", src.digest)
     if dst.tag:
         target_client.put_manifest(dst.repository, dst.tag, top.data, top.media_type)
+    result.manifests, result.blobs = len(copier.copied), copier.blobs  # the image itself; tags follow
 
     prefixes = {d.replace(":", "-", 1) for d in copier.digests_in_tree(src.digest)}
     for tag in sorted(source_client.list_tags(src.repository)):
@@ -166,7 +167,6 @@ def promote(
         if base in prefixes and (not suffix or f".{suffix}" in (*_SIGNATURE_SUFFIXES, ".att", ".sbom")):
             copier.tag(tag)
             result.tags.append(tag)
-    result.manifests, result.blobs = len(copier.copied), copier.blobs
 
     if audit is not None:
         audit.record(

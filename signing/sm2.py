@@ -197,13 +197,16 @@ def sign(
     dist_id: bytes = DEFAULT_DIST_ID,
     curve: Sm2Curve = SM2P256V1,
     k: int | None = None,
+    public: Point | None = None,
 ) -> bytes:
     """Sign `message` with private scalar d; returns the DER signature.
 
     `k` exists only for the standard's known-answer tests; otherwise each attempt draws a fresh
     k ∈ [1, n-1] from `secrets` (GB/T 32918.2 §6.1 A3), retrying when r = 0, r + k = n or s = 0.
+    `public` is [d]G when the caller already has it (Sm2PrivateKey derives it once), which saves a
+    scalar multiplication per signature.
     """
-    r, s = sign_raw(d, message, dist_id=dist_id, curve=curve, k=k)
+    r, s = sign_raw(d, message, dist_id=dist_id, curve=curve, k=k, public=public)
     return encode_signature(r, s)
 
 
@@ -214,9 +217,11 @@ def sign_raw(
     dist_id: bytes = DEFAULT_DIST_ID,
     curve: Sm2Curve = SM2P256V1,
     k: int | None = None,
+    public: Point | None = None,
 ) -> tuple[int, int]:
     check_private_scalar(d, curve)
-    public = public_point(d, curve)
+    if public is None:
+        public = public_point(d, curve)
     e = message_hash(message, public, dist_id, curve)
     engine = _engine(curve, private=d)
     width = curve.byte_len * 2

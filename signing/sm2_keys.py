@@ -106,7 +106,7 @@ class Sm2PrivateKey:
 
     def sign(self, message: bytes, *, dist_id: bytes = sm2.DEFAULT_DIST_ID) -> bytes:
         try:
-            return sm2.sign(self.d, message, dist_id=dist_id)
+            return sm2.sign(self.d, message, dist_id=dist_id, public=self.public_key.point)
         except sm2.Sm2InputError as exc:
             raise SigningError(f"SM2 signing failed: {exc}") from exc
 

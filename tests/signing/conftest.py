@@ -1,0 +1,67 @@
+"""Fixtures for the signing tests: keys, a fake registry, the real registry and cosign when asked."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from oci_fake_registry import FakeRegistry
+
+from signing.cosign_keys import CosignPrivateKey
+from signing.sm2_keys import Sm2PrivateKey
+from xcforge.oci import RegistryClient
+
+DATA = Path(__file__).parent / "data"
+
+
+@pytest.fixture(scope="session")
+def sm2_key() -> Sm2PrivateKey:
+    return Sm2PrivateKey.generate()
+
+
+@pytest.fixture(scope="session")
+def other_sm2_key() -> Sm2PrivateKey:
+    return Sm2PrivateKey.generate()
+
+
+@pytest.fixture(scope="session")
+def cosign_key() -> CosignPrivateKey:
+    return CosignPrivateKey.generate()
+
+
+@pytest.fixture(scope="session")
+def other_cosign_key() -> CosignPrivateKey:
+    return CosignPrivateKey.generate()
+
+
+@pytest.fixture
+def fake_registry() -> Iterator[FakeRegistry]:
+    with FakeRegistry() as registry:
+        yield registry
+
+
+# ---------------------------------------------------------------------------------- real registry
+
+
+@pytest.fixture(scope="session")
+def real_registry() -> str:
+    """Address of the real registry (XCFORGE_TEST_REGISTRY, default 127.0.0.1:5000), or skip."""
+    address = os.environ.get("XCFORGE_TEST_REGISTRY", "127.0.0.1:5000")
+    client = RegistryClient(address, retries=0, timeout=5)
+    try:
+        response = client.request("GET", "", scope="")
+    except Exception as exc:
+        pytest.fail(f"no registry at {address} ({exc}); run scripts/provision.sh or set XCFORGE_TEST_REGISTRY")
+    assert response.status_code in (200, 401), response.status_code
+    return address
+
+
+@pytest.fixture(scope="session")
+def cosign_bin() -> str:
+    path = shutil.which("cosign")
+    if path is None:
+        pytest.fail("the cosign binary is missing; scripts/provision.sh installs it (Debian trixie's cosign)")
+    return path
