@@ -151,20 +151,17 @@ def _warning_text(finding: Finding) -> str:
 
 def _compat_findings(backend: Backend, host: Host, env: Mapping[str, str], software: Software) -> list[Finding]:
     """Toolkit-versus-driver verdicts; the table is indicative, so an operator may start anyway."""
-    findings = backend.compat(backend.versions(host, env, software))
-    if not truthy(env.get("XCFORGE_SKIP_COMPAT_CHECK")):
-        return [
-            replace(f, remedy=f"{f.remedy} (or set XCFORGE_SKIP_COMPAT_CHECK=1 to start anyway)")
-            if f.status == ERROR
-            else f
-            for f in findings
-        ]
-    return [
-        replace(f, status=WARNING, message=f"{f.message}; starting anyway (XCFORGE_SKIP_COMPAT_CHECK=1)")
-        if f.status == ERROR
-        else f
-        for f in findings
-    ]
+    skip = truthy(env.get("XCFORGE_SKIP_COMPAT_CHECK"))
+    findings = []
+    for finding in backend.compat(backend.versions(host, env, software)):
+        if finding.status == ERROR and skip:
+            finding = replace(
+                finding, status=WARNING, message=f"{finding.message}; starting anyway (XCFORGE_SKIP_COMPAT_CHECK=1)"
+            )
+        elif finding.status == ERROR:
+            finding = replace(finding, remedy=f"{finding.remedy} (or set XCFORGE_SKIP_COMPAT_CHECK=1 to start anyway)")
+        findings.append(finding)
+    return findings
 
 
 def _health_url(args: Sequence[str], port: int) -> str:

@@ -17,6 +17,7 @@ from xcforge_engine.backends.base import (
     DeriveInput,
     Finding,
     Setting,
+    compat_findings,
     device_finding,
     file_finding,
     image_part_finding,
@@ -129,11 +130,7 @@ class AscendBackend:
         return {"driver": driver_version(host), "cann": cann_version(host, env)}
 
     def compat(self, versions: Mapping[str, str | None]) -> list[Finding]:
-        driver, cann = versions.get("driver"), versions.get("cann")
-        if not driver or not cann:
-            return []
-        verdict = judge_cann(cann, driver)
-        return [Finding("ascend.compat.driver", verdict.status, verdict.message, verdict.remedy)]
+        return compat_findings("ascend.compat.driver", judge_cann, versions.get("cann"), versions.get("driver"))
 
     def derive(self, given: DeriveInput) -> list[Setting]:
         return visible_settings(self, given)

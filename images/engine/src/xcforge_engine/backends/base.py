@@ -8,10 +8,11 @@ Adding hardware is adding a module and a line in `backends/__init__.py`, not bra
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
+from xcforge_engine.compat import Verdict
 from xcforge_engine.host import Host
 from xcforge_engine.image import ImageFacts
 from xcforge_engine.limits import GIB, shm_size, size_text
@@ -158,6 +159,16 @@ def image_part_finding(image: ImageFacts, check_id: str, present: bool, what: st
         "rebuild the image; this is a packaging fault, no docker run flag provides it",
         subject=what,
     )
+
+
+def compat_findings(
+    check_id: str, judge: Callable[[str, str], Verdict], toolkit: str | None, driver: str | None
+) -> list[Finding]:
+    """The toolkit-versus-driver verdict, when both versions could be read."""
+    if not toolkit or not driver:
+        return []
+    verdict = judge(toolkit, driver)
+    return [Finding(check_id, verdict.status, verdict.message, verdict.remedy)]
 
 
 def library_dirs(env: Mapping[str, str]) -> list[str]:

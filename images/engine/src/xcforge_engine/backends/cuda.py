@@ -11,6 +11,7 @@ from xcforge_engine.backends.base import (
     DeriveInput,
     Finding,
     Setting,
+    compat_findings,
     device_finding,
     library_dirs,
     numbered_finding,
@@ -77,11 +78,7 @@ class CudaBackend:
         return {"driver": driver_version(host), "cuda_runtime": runtime_version(env, software)}
 
     def compat(self, versions: Mapping[str, str | None]) -> list[Finding]:
-        driver, runtime = versions.get("driver"), versions.get("cuda_runtime")
-        if not driver or not runtime:
-            return []
-        verdict = judge_cuda(runtime, driver)
-        return [Finding("cuda.compat.driver", verdict.status, verdict.message, verdict.remedy)]
+        return compat_findings("cuda.compat.driver", judge_cuda, versions.get("cuda_runtime"), versions.get("driver"))
 
     def derive(self, given: DeriveInput) -> list[Setting]:
         return visible_settings(self, given)
