@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import tempfile
+from pathlib import Path
 
 import pytest
-from engine_fakes import ENGINE
+from engine_fakes import ENGINE, FakeMachine
 from xcforge_engine.cli import main
 from xcforge_engine.host import Host
 
@@ -167,6 +170,54 @@ def test_unreadable_model_is_refused(machine, env_for, capsys):
         fake.path("/models/secret").chmod(0o755)
     assert code == 3
     assert "is not readable by uid" in capsys.readouterr().err
+
+
+NON_ROOT_CHECK = """
+import json, os, sys
+from pathlib import Path
+from xcforge_engine.backends import BACKENDS
+from xcforge_engine.host import Host
+from xcforge_engine.image import ImageFacts
+from xcforge_engine.modelinfo import model_problems
+host = Host(Path(sys.argv[1]), strict_devices=False)
+checks = BACKENDS["ascend"].checks(host, {}, ImageFacts(engine_install="full"))
+closed = [c.__dict__ for c in checks if c.id == "ascend.device.davinci"]
+print(json.dumps({"uid": os.geteuid(), "davinci": closed, "model": model_problems(host, "/models/private")[0]}))
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not Path("/usr/bin/python3").exists(), reason="needs root to switch uid")
+def test_non_root_user_is_told_which_group_opens_the_device():
+    """Vendor nodes are 0660 to a group (Ascend: HwHiAiUser); a non-root image user must join it."""
+    with tempfile.TemporaryDirectory() as top:  # pytest's tmp_path is private to root
+        os.chmod(top, 0o755)
+        seen = _check_as_nobody(FakeMachine(Path(top)))
+    assert seen["uid"] == 65534
+    (davinci,) = seen["davinci"]
+    assert davinci["status"] == "error"
+    assert davinci["flags"] == ["--group-add 1234"]
+    assert davinci["message"] == "/dev/davinci0, /dev/davinci1 present but uid 65534 cannot open it"
+    assert "is not readable by uid 65534" in seen["model"][0]
+
+
+def _check_as_nobody(fake):
+    fake.ascend()
+    for node in ("/dev/davinci0", "/dev/davinci1"):
+        fake.path(node).chmod(0o660)
+        os.chown(fake.path(node), 0, 1234)
+    fake.write("/models/private/config.json", "{}")
+    fake.path("/models/private").chmod(0o700)
+    src = Path(__file__).resolve().parents[2] / "images" / "engine" / "src"
+    result = subprocess.run(
+        ["/usr/bin/python3", "-c", NON_ROOT_CHECK, str(fake.root)],
+        env={"PYTHONPATH": str(src), "PATH": "/usr/bin:/bin"},
+        user=65534,
+        group=65534,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
 
 
 def test_model_dir_without_config_warns(machine, env_for, capsys):

@@ -96,6 +96,13 @@ class Host:
                 return candidate
         return None
 
+    def openable(self, container_path: str) -> bool:
+        """Whether this process may open a device node for reading and writing."""
+        return os.access(self.path(container_path), os.R_OK | os.W_OK)
+
+    def group_of(self, container_path: str) -> int:
+        return self.path(container_path).stat().st_gid
+
     def readable(self, container_path: str) -> bool:
         path = self.path(container_path)
         wanted = os.R_OK | (os.X_OK if path.is_dir() else 0)

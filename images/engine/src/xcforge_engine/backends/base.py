@@ -124,16 +124,35 @@ class Backend(Protocol):
     def derive(self, given: DeriveInput) -> list[Setting]: ...
 
 
+def _access_finding(host: Host, check_id: str, nodes: list[str]) -> Finding | None:
+    """Device nodes that exist but this uid cannot open: vendor nodes are often 0660 to a group
+    (Ascend's HwHiAiUser), which a non-root image user must be added to."""
+    closed = [node for node in nodes if not host.openable(node)]
+    if not closed:
+        return None
+    groups = sorted({host.group_of(node) for node in closed})
+    return Finding(
+        check_id,
+        ERROR,
+        f"{', '.join(closed)} present but uid {os.geteuid()} cannot open it",
+        "or run the container as root",
+        tuple(f"--group-add {gid}" for gid in groups),
+        subject=f"access to {', '.join(closed)}",
+    )
+
+
 def device_finding(host: Host, check_id: str, path: str, flags: tuple[str, ...], remedy: str = "") -> Finding:
     if host.is_device(path):
-        return Finding(check_id, OK, f"{path} present")
+        return _access_finding(host, check_id, [path]) or Finding(check_id, OK, f"{path} present")
     return Finding(check_id, ERROR, f"{path} is missing", remedy, flags, subject=path)
 
 
 def numbered_finding(host: Host, check_id: str, prefix: str, flags: tuple[str, ...], remedy: str = "") -> Finding:
     nodes = host.numbered(prefix)
     if nodes:
-        return Finding(check_id, OK, f"{len(nodes)} present: {', '.join(nodes)}")
+        return _access_finding(host, check_id, nodes) or Finding(
+            check_id, OK, f"{len(nodes)} present: {', '.join(nodes)}"
+        )
     return Finding(check_id, ERROR, f"no {prefix}<N> device", remedy, flags, subject=f"{prefix}<N>")
 
 
