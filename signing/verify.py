@@ -36,8 +36,10 @@ from signing.store import (
     read_signatures,
     signature_tag,
 )
-from xcforge.errors import ConfigError
+from xcforge.errors import ConfigError, VerificationFailed
 from xcforge.oci import Reference, RegistryClient, RegistryError
+
+GITHUB_ACTIONS_ISSUER = "https://token.actions.githubusercontent.com"
 
 
 @dataclass(frozen=True)
@@ -52,7 +54,8 @@ class SignatureCheck:
     def line(self) -> str:
         verdict = "VALID  " if self.valid else ("INVALID" if self.found else "MISSING")
         key = (self.key_id or "-")[:16]
-        return f"{verdict} {self.scheme:<6} key {key:<16} {self.reason}  [{self.location}]"
+        reason = " ".join(self.reason.split())[:300]  # one line per signature, whatever the cause said
+        return f"{verdict} {self.scheme:<7} key {key:<16} {reason}  [{self.location}]"
 
 
 @dataclass(frozen=True)
@@ -80,7 +83,7 @@ class VerificationReport:
         out += [f"ERROR   {p}" for p in self.problems]
         absent = {c.scheme for c in self.checks if not c.found}
         for scheme in (s for s in self.missing if s not in absent):
-            out.append(f"MISSING {scheme:<6} no valid {scheme} signature by a trusted key for {self.digest}")
+            out.append(f"MISSING {scheme:<7} no valid {scheme} signature by a trusted key for {self.digest}")
         verdict = "OK" if self.ok else "FAILED"
         required = ", ".join(sorted(self.required)) or "none"
         out.append(f"{verdict}: {self.reference} ({len(self.checks)} signature(s); required: {required})")
@@ -174,20 +177,49 @@ def _policy(
     return _Policy(digest, identities, check_identity, tuple(sm2_public_keys), tuple(cosign_public_keys), sm2_dist_id)
 
 
-def _required(require: Iterable[str] | None, sm2_keys: Sequence, cosign_keys: Sequence) -> frozenset[str]:
-    given = {sm2_format.SCHEME: bool(sm2_keys), cosign_format.SCHEME: bool(cosign_keys)}
+KEYLESS = "keyless"
+
+
+def _required(
+    require: Iterable[str] | None, sm2_keys: Sequence, cosign_keys: Sequence, keyless: bool = False
+) -> frozenset[str]:
+    given = {sm2_format.SCHEME: bool(sm2_keys), cosign_format.SCHEME: bool(cosign_keys), KEYLESS: keyless}
     if require is None:
         required = frozenset(scheme for scheme, has in given.items() if has)
         if not required:
-            raise ConfigError("no trusted keys given: pass --sm2-key and/or --cosign-key")
+            raise ConfigError("no trusted keys given: pass --sm2-key and/or --cosign-key (or --keyless-identity)")
         return required
     required = frozenset(require)
     for scheme in required:
         if scheme not in given:
             raise ConfigError(f"unknown scheme {scheme!r} in require (known: {', '.join(given)})")
         if not given[scheme]:
-            raise ConfigError(f"{scheme} signatures are required but no {scheme} public key was given")
+            what = "--keyless-identity" if scheme == KEYLESS else f"{scheme} public key"
+            raise ConfigError(f"{scheme} signatures are required but no {what} was given")
     return required
+
+
+def _keyless_checks(
+    client: RegistryClient, ref: Reference, digest: str, identity: str, issuer: str
+) -> list[SignatureCheck]:
+    from signing.keyless import read_bundles, referrers_tag, verify_keyless
+
+    where = f"{ref.name}:{referrers_tag(digest)}"
+    bundles = read_bundles(client, ref, digest)
+    if not bundles:
+        return [SignatureCheck(KEYLESS, None, False, "no Sigstore bundles (referrers tag not found)", where, False)]
+    checks = []
+    for index, bundle in enumerate(bundles):
+        try:
+            verify_keyless(bundle, digest, identity=identity, issuer=issuer)
+        except VerificationFailed as exc:
+            first_line = exc.message.splitlines()[0] if exc.message else "does not verify"
+            checks.append(SignatureCheck(KEYLESS, identity, False, first_line, f"{where}#{index}"))
+            continue
+        checks.append(
+            SignatureCheck(KEYLESS, identity, True, f"Sigstore certificate for {identity}", f"{where}#{index}")
+        )
+    return checks
 
 
 def verify_image(
@@ -199,16 +231,20 @@ def verify_image(
     allowed_identities: Iterable[str] = (),
     check_identity: bool = True,
     sm2_dist_id: bytes = sm2.DEFAULT_DIST_ID,
+    keyless_identity: str | None = None,
+    keyless_issuer: str = GITHUB_ACTIONS_ISSUER,
     client: RegistryClient | None = None,
     insecure: bool = False,
 ) -> VerificationReport:
     """Verify the signatures stored next to `registry/repo@sha256:...` in its registry.
 
     A tag instead of a digest is resolved first (the report names the digest; run that digest,
-    not the tag, or the image may change between check and use).
+    not the tag, or the image may change between check and use). With `keyless_identity` (the
+    certificate identity, e.g. a workflow URL) Sigstore bundles are verified too, offline, against
+    the trusted root shipped with sigstore-python.
     """
     ref = ref_with_digest if isinstance(ref_with_digest, Reference) else Reference.parse(ref_with_digest)
-    required = _required(require, sm2_public_keys, cosign_public_keys)
+    required = _required(require, sm2_public_keys, cosign_public_keys, keyless=bool(keyless_identity))
     client = client or RegistryClient(ref.registry, insecure=insecure)
     problems: list[str] = []
     digest = ref.digest
@@ -231,6 +267,11 @@ def verify_image(
             checks.append(SignatureCheck(scheme, None, False, "no signatures (tag not found)", where, found=False))
             continue
         checks.extend(_check(s, policy) for s in stored)
+    if keyless_identity:
+        try:
+            checks.extend(_keyless_checks(client, ref, digest, keyless_identity, keyless_issuer))
+        except RegistryError as exc:
+            problems.append(f"cannot read Sigstore bundles: {exc.message}")
     return VerificationReport(f"{ref.name}@{digest}", digest, tuple(checks), required, tuple(problems))
 
 
@@ -262,7 +303,7 @@ def verify_archive(
 
 
 def _schemes_to_read(required: frozenset[str], sm2_keys: Sequence, cosign_keys: Sequence) -> list[str]:
-    schemes = set(required)
+    schemes = {scheme for scheme in required if scheme in FORMATS}  # keyless bundles are read separately
     if sm2_keys:
         schemes.add(sm2_format.SCHEME)
     if cosign_keys:

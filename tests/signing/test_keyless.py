@@ -111,3 +111,24 @@ def test_live_keyless_signing_with_ci_oidc_token(real_or_fake_registry_for_keyle
 def real_or_fake_registry_for_keyless(fake_registry):
     client = RegistryClient(fake_registry.address)
     return client, push_synthetic_image(client, "team/keyless-live")
+
+
+def test_verify_image_checks_keyless_bundles_offline(fake_registry, sm2_key):
+    from signing.sign import sign_digest
+    from signing.verify import verify_image
+
+    client = RegistryClient(fake_registry.address)
+    img = push_synthetic_image(client, "team/keyless-verify")
+    workflow = "https://github.com/org/xcforge/.github/workflows/build.yml@refs/heads/main"
+    report = verify_image(img.ref, keyless_identity=workflow, client=client)
+    assert not report.ok and report.checks[0].scheme == "keyless" and not report.checks[0].found
+    subject = client.get_manifest(img.repository, img.digest).descriptor()
+    attach_bundle(client, Reference.parse(img.name), img.digest, b'{"not": "a bundle"}', subject)
+    sign_digest(img.name, img.digest, sm2_key=sm2_key, client=client)
+    report = verify_image(img.ref, [sm2_key.public_key], keyless_identity=workflow, client=client)
+    keyless = [c for c in report.checks if c.scheme == "keyless"]
+    assert len(keyless) == 1 and not keyless[0].valid and "does not verify" in keyless[0].reason
+    assert report.missing == ("keyless",)
+    assert verify_image(img.ref, [sm2_key.public_key], require=["sm2"], keyless_identity=workflow, client=client).ok
+    with pytest.raises(ConfigError, match="--keyless-identity"):
+        verify_image(img.ref, [sm2_key.public_key], require=["keyless"], client=client)

