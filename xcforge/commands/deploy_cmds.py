@@ -1,0 +1,172 @@
+"""`deploy`: Kubernetes manifests or the `docker run` line for a target, from the matrix's runtime contract."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+from xcforge.errors import ConfigError, RenderError
+from xcforge.matrix import load_matrix
+from xcforge.render import REPO_ROOT
+
+
+def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    parser = subparsers.add_parser(
+        "deploy",
+        parents=[common],
+        help="write Kubernetes manifests (or print the docker run line) for a target",
+        description="Kubernetes manifests (Deployment, Service, HorizontalPodAutoscaler) for one target, from "
+        "matrix.yaml's runtime contract: device-plugin resource, node architecture, non-root user and groups, "
+        "/health probes, /dev/shm, driver mounts. The image must be pinned by digest.",
+    )
+    parser.add_argument("--target", "-t", help="target name (see `python build.py --list`)")
+    parser.add_argument("--image", help="REGISTRY/REPO@sha256:<digest> (tags are refused)")
+    parser.add_argument("--model", help="absolute path of the model in the container (and on the host for hostPath)")
+    parser.add_argument("--model-pvc", metavar="CLAIM", help="mount the model from this PersistentVolumeClaim")
+    parser.add_argument("--replicas", type=int, default=1, help="replicas (HPA minimum; default 1)")
+    parser.add_argument("--max-replicas", type=int, help="HPA maximum (default 2 x --replicas)")
+    parser.add_argument("--arch", help="node architecture for multi-platform targets (default: the first platform)")
+    parser.add_argument("--accelerators", type=int, default=1, help="device-plugin devices per pod (default 1)")
+    parser.add_argument("--cpu", default="8", help="CPU request (the limit too for CPU-only targets; default 8)")
+    parser.add_argument("--memory", default="32Gi", help="memory request and limit, /dev/shm included (default 32Gi)")
+    parser.add_argument("--namespace", "-n", help="metadata.namespace of every object")
+    parser.add_argument("--name", help="object name (default vllm-<target>)")
+    parser.add_argument(
+        "--vllm-arg", action="append", default=[], metavar="ARG", help="extra argument for vLLM (repeatable)"
+    )
+    parser.add_argument("--out", type=Path, help="write <DIR>/<name>.yaml instead of printing")
+    parser.add_argument(
+        "--verify-sm2-key",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="PUB",
+        help="verify the image's SM2 signature with this public key first; refuse to write manifests if it fails",
+    )
+    parser.add_argument(
+        "--verify-cosign-key",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="PUB",
+        help="also require a valid cosign signature for this public key",
+    )
+    parser.add_argument("--insecure", action="store_true", help="plain http to a non-loopback registry (verify)")
+    parser.add_argument("--docker-run", action="store_true", help="print the docker run line for the target instead")
+    parser.add_argument(
+        "--doctor", action="store_true", help="with --docker-run: the same flags, running `doctor` (--rm) instead"
+    )
+    parser.add_argument(
+        "--examples",
+        action="store_true",
+        help="write deploy/examples/<target>.yaml and the generated section of docs/operators.md",
+    )
+    parser.add_argument("--check", action="store_true", help="with --examples: change nothing, exit 4 on drift")
+    parser.add_argument("--root", type=Path, default=REPO_ROOT, help=argparse.SUPPRESS)
+    parser.set_defaults(func=run_deploy)
+
+
+def run_deploy(args: argparse.Namespace) -> int:
+    from xcforge import deploy
+
+    matrix = load_matrix(args.matrix)
+    if args.examples:
+        return _examples(args, matrix)
+    if args.check:
+        raise ConfigError("--check goes with --examples")
+    if not args.target:
+        raise ConfigError(f"name a target with --target NAME; valid targets: {', '.join(matrix.targets)}")
+    target = matrix.target(args.target)
+    image = deploy.parse_digest_ref(args.image) if args.image else None
+
+    if args.doctor and not args.docker_run:
+        raise ConfigError("--doctor goes with --docker-run")
+    if args.docker_run:
+        sys.stdout.write(deploy.docker_run(target, image, args.model, args.name, doctor=args.doctor))
+        return 0
+
+    if image is None:
+        raise ConfigError("--image REGISTRY/REPO@sha256:<digest> is required (the image to deploy, by digest)")
+    if not args.model:
+        raise ConfigError("--model PATH is required (where the model is inside the container, e.g. /models/qwen)")
+    options = deploy.DeployOptions(
+        image=image,
+        model=args.model,
+        model_pvc=args.model_pvc,
+        replicas=args.replicas,
+        max_replicas=args.max_replicas,
+        arch=args.arch,
+        accelerators=args.accelerators,
+        cpu=args.cpu,
+        memory=args.memory,
+        namespace=args.namespace,
+        name=args.name,
+        extra_args=tuple(args.vllm_arg),
+    )
+    docs = deploy.kubernetes_manifests(matrix, target, options)
+    if args.verify_sm2_key or args.verify_cosign_key:
+        for line in deploy.verify_before_deploy(
+            image, args.verify_sm2_key, args.verify_cosign_key, insecure=args.insecure
+        ):
+            print(line, file=sys.stderr)
+    elif args.out:
+        print(
+            "note: signatures were not checked; add --verify-sm2-key PUB "
+            "(or run deploy/policy/verify-before-deploy.sh)",
+            file=sys.stderr,
+        )
+    command = "python build.py deploy " + shlex.join(_argv_for_header(args))
+    text = deploy.render_manifests(docs, deploy.manifest_header(command))
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        path = args.out / f"{docs[0]['metadata']['name']}.yaml"
+        path.write_text(text, encoding="utf-8")
+        print(f"wrote {path} (Deployment, Service, HorizontalPodAutoscaler)", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def _argv_for_header(args: argparse.Namespace) -> list[str]:
+    argv = ["--target", args.target, "--image", args.image, "--model", args.model]
+    for flag, value in (
+        ("--model-pvc", args.model_pvc),
+        ("--arch", args.arch),
+        ("--namespace", args.namespace),
+        ("--name", args.name),
+        ("--max-replicas", args.max_replicas),
+    ):
+        if value is not None:
+            argv += [flag, str(value)]
+    for flag, value, default in (
+        ("--replicas", args.replicas, 1),
+        ("--accelerators", args.accelerators, 1),
+        ("--cpu", args.cpu, "8"),
+        ("--memory", args.memory, "32Gi"),
+    ):
+        if value != default:
+            argv += [flag, str(value)]
+    for arg in args.vllm_arg:
+        argv.append(f"--vllm-arg={arg}")
+    return argv
+
+
+def _examples(args: argparse.Namespace, matrix) -> int:
+    from xcforge.deploy import write_or_check_examples
+
+    results = write_or_check_examples(matrix, args.root, check=args.check)
+    for result in results:
+        try:
+            shown = result.path.relative_to(args.root)
+        except ValueError:
+            shown = result.path
+        print(f"{result.status:9} {shown}")
+    bad = [r for r in results if r.status in {"stale", "missing"}]
+    if bad:
+        raise RenderError(
+            f"operator examples are out of date with matrix.yaml ({', '.join(r.path.name for r in bad)}); "
+            "run `python build.py deploy --examples` and commit"
+        )
+    return 0
