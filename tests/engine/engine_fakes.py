@@ -150,7 +150,13 @@ class FakeMachine:
         self.write("/etc/ascend_install.info", "Driver_Install_Path_Param=/usr/local/Ascend\n")
 
     def mlu(self) -> None:
-        self.devices("/dev/cambricon_ctl", "/dev/cambricon_dev0", "/dev/cambricon_dev1")
+        self.devices(
+            "/dev/cambricon_ctl",
+            "/dev/cambricon_dev0",
+            "/dev/cambricon_dev1",
+            "/dev/cambricon_ipcm0",
+            "/dev/cambricon_ipcm1",
+        )
         self.write("/usr/bin/cnmon")
         self.write("/usr/local/neuware/version.txt", "Neuware Version 3.10.2\n")
 

@@ -74,7 +74,7 @@ def test_healthy_host_reports_ok_and_a_stable_schema(backend, machine, env_for, 
                 "ascend.driver.version",
             ],
         ),
-        ("mlu", ["mlu.device.cambricon_ctl", "mlu.device.cambricon_dev"]),
+        ("mlu", ["mlu.device.cambricon_ctl", "mlu.device.cambricon_dev", "mlu.device.cambricon_ipcm"]),
     ],
 )
 def test_host_without_the_device_reports_exactly_the_missing_devices(backend, expected, machine, env_for, capsys):

@@ -48,6 +48,7 @@ MISSING = [
     ),
     ("mlu", "/dev/cambricon_ctl", "--device /dev/cambricon_ctl"),
     ("mlu", "/dev/cambricon_dev0 /dev/cambricon_dev1", "--device /dev/cambricon_dev0"),
+    ("mlu", "/dev/cambricon_ipcm0 /dev/cambricon_ipcm1", "--device /dev/cambricon_ipcm0"),
     ("cuda", "/dev/nvidiactl", "--gpus all"),
     ("cuda", "/dev/nvidia0 /dev/nvidia1", "--gpus all"),
     ("cuda", "/dev/nvidia-uvm", "--gpus all"),
@@ -66,7 +67,8 @@ def test_missing_device_or_mount_names_it_and_the_flag(backend, remove, flag, ma
     errors = [line for line in err.splitlines() if line.startswith("[xcforge] error:")]
     assert len(errors) == 1, err  # one message, not a cascade
     shown = "/dev/davinci<N>" if "davinci0" in remove else remove.split()[0]
-    shown = {"/dev/cambricon_dev0": "/dev/cambricon_dev<N>", "/dev/nvidia0": "/dev/nvidia<N>"}.get(shown, shown)
+    numbered = {"/dev/cambricon_dev0", "/dev/cambricon_ipcm0", "/dev/nvidia0"}
+    shown = shown[:-1] + "<N>" if shown in numbered else shown
     if shown.endswith("libcuda.so.1"):
         shown = "libcuda.so.1"
     assert shown in errors[0]

@@ -49,7 +49,7 @@ class MluBackend:
     name = "mlu"
     title = "Cambricon MLU"
     device_word = "MLU"
-    hint = "one --device /dev/cambricon_devN per MLU to use, and /dev/cambricon_ipcmN for multi-card"
+    hint = "one --device /dev/cambricon_devN and /dev/cambricon_ipcmN per MLU to use"
     visible_env = ("MLU_VISIBLE_DEVICES", "CAMBRICON_VISIBLE_DEVICES")
 
     def device_nodes(self, host: Host) -> list[str]:
@@ -60,6 +60,11 @@ class MluBackend:
         return [
             device_finding(host, "mlu.device.cambricon_ctl", "/dev/cambricon_ctl", ("--device /dev/cambricon_ctl",)),
             numbered_finding(host, "mlu.device.cambricon_dev", "/dev/cambricon_dev", ("--device /dev/cambricon_dev0",)),
+            # The runtime's inter-process node; Cambricon's docker run examples pass it with each card,
+            # and matrix.yaml lists it among the target's devices.
+            numbered_finding(
+                host, "mlu.device.cambricon_ipcm", "/dev/cambricon_ipcm", ("--device /dev/cambricon_ipcm0",)
+            ),
             # cnmon is the host's monitoring tool; the engine runs without it, so only a warning.
             file_finding(
                 host,
