@@ -1,0 +1,564 @@
+"""Stand-in base images: Debian bookworm rootfs images pushed under the mirrored names of vendor bases.
+
+Vendor bases (NVIDIA CUDA, Huawei CANN, Cambricon PyTorch) cannot be pulled on build and test machines,
+so each one gets a stand-in: a minimal Debian bookworm rootfs (python3, python3-venv, ca-certificates)
+for linux/amd64 and linux/arm64, labelled with the original reference and pushed to the local registry
+as ``<registry>/standin/<fully qualified original ref>``. A stand-in is never reported as the vendor
+image; the label ``io.xcforge.stand-in`` and the file ``/etc/xcforge-stand-in`` say what it stands for.
+
+    python -m xcforge.standin                         # every base in matrix.yaml
+    python -m xcforge.standin --image nvidia/cuda:12.9.1-base-ubuntu22.04
+    python -m xcforge.standin --list                  # original -> stand-in, builds nothing
+    python -m xcforge.standin --check                 # which stand-ins are up to date, builds nothing
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import platform
+import re
+import shutil
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from xcforge.errors import ConfigError, EnvironmentProblem, RegistryError, XcforgeError
+from xcforge.shell import DOCKER, run
+
+DEFAULT_REGISTRY = "127.0.0.1:5000"
+STANDIN_NAMESPACE = "standin"
+PLATFORMS = ("linux/amd64", "linux/arm64")
+CACHE_DIR = Path(os.environ.get("XCFORGE_STANDIN_CACHE", "/var/cache/xcforge/standin"))
+
+LABEL_OF = "io.xcforge.stand-in"
+LABEL_ROOTFS = "io.xcforge.stand-in.rootfs"
+LABEL_RECIPE = "io.xcforge.stand-in.recipe"
+STANDIN_FILE = "etc/xcforge-stand-in"
+
+SUITE = "bookworm"
+PACKAGES = ("python3", "python3-venv", "ca-certificates")
+# Bump when the rootfs recipe changes in a way the arguments below do not show.
+RECIPE_VERSION = "1"
+# The stand-in's apt sources are the build machine's own, so `apt-get update` inside a stand-in
+# uses the same mirror the machine does (and no archive host is written in this repository).
+HOST_SOURCES = (Path("/etc/apt/sources.list.d/debian.sources"), Path("/etc/apt/sources.list"))
+
+DOCKERFILE = """\
+FROM scratch
+ARG TARGETARCH
+ADD rootfs-${TARGETARCH}.tar /
+COPY xcforge-stand-in /etc/xcforge-stand-in
+CMD ["bash"]
+"""
+
+_INDEX_TYPES = (
+    "application/vnd.oci.image.index.v1+json",
+    "application/vnd.docker.distribution.manifest.list.v2+json",
+)
+_MANIFEST_TYPES = (
+    "application/vnd.oci.image.manifest.v1+json",
+    "application/vnd.docker.distribution.manifest.v2+json",
+)
+
+# The grammar of github.com/distribution/reference.
+_PATH_COMPONENT = re.compile(r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*")
+_DOMAIN = re.compile(
+    r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*(?::[0-9]+)?"
+)
+_TAG = re.compile(r"[\w][\w.-]{0,127}")
+_DIGEST = re.compile(r"[a-z0-9]+(?:[.+_-][a-z0-9]+)*:[0-9a-fA-F]{32,}")
+
+
+@dataclass(frozen=True)
+class ImageRef:
+    """A parsed, normalised image reference: docker.io/library/ubuntu:22.04, quay.io/x/y@sha256:..."""
+
+    domain: str
+    path: str
+    tag: str | None
+    digest: str | None
+
+    def __str__(self) -> str:
+        ref = f"{self.domain}/{self.path}"
+        if self.tag:
+            ref += f":{self.tag}"
+        if self.digest:
+            ref += f"@{self.digest}"
+        return ref
+
+
+def parse_ref(ref: str) -> ImageRef:
+    """Parse and normalise like Docker: no host means docker.io, a one-part docker.io name gets library/,
+    and a reference with neither tag nor digest gets :latest."""
+    text = ref.strip()
+    if not text:
+        raise ConfigError("empty image reference")
+    name, _, digest = text.partition("@")
+    if digest and not _DIGEST.fullmatch(digest):
+        raise ConfigError(f"image reference {ref!r}: {digest!r} is not a digest (algorithm:hex)")
+    tag = None
+    slash = name.rfind("/")
+    colon = name.rfind(":")
+    if colon > slash:
+        name, tag = name[:colon], name[colon + 1 :]
+        if not _TAG.fullmatch(tag):
+            raise ConfigError(f"image reference {ref!r}: {tag!r} is not a valid tag")
+    first, sep, rest = name.partition("/")
+    if sep and ("." in first or ":" in first or first == "localhost" or first.lower() != first):
+        domain, path = first, rest
+    else:
+        domain, path = "docker.io", name
+    if not _DOMAIN.fullmatch(domain):
+        raise ConfigError(f"image reference {ref!r}: {domain!r} is not a registry host")
+    if domain == "index.docker.io":
+        domain = "docker.io"
+    if domain == "docker.io" and "/" not in path:
+        path = f"library/{path}"
+    for component in path.split("/"):
+        if not _PATH_COMPONENT.fullmatch(component):
+            raise ConfigError(
+                f"image reference {ref!r}: repository part {component!r} is invalid "
+                "(lowercase letters, digits and . _ - separators only)"
+            )
+    if tag is None and not digest:
+        tag = "latest"
+    return ImageRef(domain=domain, path=path, tag=tag, digest=digest or None)
+
+
+def normalize_ref(ref: str) -> str:
+    """Fully qualify an image reference: 'ubuntu' -> 'docker.io/library/ubuntu:latest',
+    'nvidia/cuda:12.9.1-base-ubuntu22.04' -> 'docker.io/nvidia/cuda:12.9.1-base-ubuntu22.04'.
+    Raises ConfigError for a reference Docker would not accept."""
+    return str(parse_ref(ref))
+
+
+def standin_ref(original_ref: str, registry: str = DEFAULT_REGISTRY) -> str:
+    """The mirrored name of a vendor base's stand-in: '<registry>/standin/<fully qualified ref>'.
+
+    A stand-in cannot have the vendor image's digest, so a digest is dropped; a reference pinned only by
+    digest gets the tag 'sha256-<hex>' (the tag scheme cosign uses too). A registry port becomes
+    '_<port>' in the path, because ':' is not allowed in a repository name.
+    """
+    registry = registry.strip().rstrip("/")
+    if not registry or "://" in registry:
+        raise ConfigError(f"registry {registry!r} must be a host[:port][/path], without a scheme")
+    ref = parse_ref(original_ref)
+    host = ref.domain.lower().replace(":", "_")
+    tag = ref.tag or ref.digest.replace(":", "-")  # type: ignore[union-attr]  # parse_ref: one is set
+    return f"{registry}/{STANDIN_NAMESPACE}/{host}/{ref.path}:{tag}"
+
+
+def build_context_arg(original_ref: str, registry: str = DEFAULT_REGISTRY) -> str:
+    """A `docker buildx build --build-context` value that makes `FROM <original_ref>` use the stand-in.
+
+    BuildKit normalises both the FROM name and the context name, so `FROM nvidia/cuda:12.9.1-base-ubuntu22.04`
+    matches the fully qualified key; a digest in the FROM line must be in the key too (it is kept here).
+    """
+    return f"{normalize_ref(original_ref)}=docker-image://{standin_ref(original_ref, registry)}"
+
+
+# ------------------------------------------------------------------------------------------- rootfs
+
+
+@dataclass(frozen=True)
+class Rootfs:
+    arch: str  # Debian/Docker architecture name: amd64, arm64
+    tarball: Path
+    sha256: str
+
+
+def _debian_arch(platform_: str) -> str:
+    return platform_.split("/")[1]
+
+
+def _host_arch() -> str:
+    machine = platform.machine().lower()
+    return {"x86_64": "amd64", "aarch64": "arm64", "arm64": "arm64", "amd64": "amd64"}.get(machine, machine)
+
+
+def host_sources() -> Path:
+    for path in HOST_SOURCES:
+        if path.is_file() and path.read_text().strip():
+            return path
+    raise EnvironmentProblem(
+        "no Debian apt sources on this machine (/etc/apt/sources.list.d/debian.sources); "
+        "stand-in rootfs builds need a Debian mirror"
+    )
+
+
+def recipe(arch: str, sources: Path) -> tuple[list[str], str]:
+    """The mmdebstrap arguments (without the output path) and a key that changes when they change."""
+    args = [
+        "mmdebstrap",
+        "--variant=minbase",
+        f"--include={','.join(PACKAGES)}",
+        f"--architectures={arch}",
+        # Device nodes do not belong in an image layer: the container runtime provides /dev.
+        "--skip=output/dev",
+        "--format=tar",
+    ]
+    key_source = json.dumps(
+        {"v": RECIPE_VERSION, "args": args, "suite": SUITE, "sources": sources.read_text()}, sort_keys=True
+    )
+    return args, hashlib.sha256(key_source.encode()).hexdigest()[:16]
+
+
+def recipe_key(arches: Iterable[str], sources: Path) -> str:
+    return hashlib.sha256("".join(recipe(a, sources)[1] for a in sorted(arches)).encode()).hexdigest()[:16]
+
+
+def _sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _check_emulation(arch: str) -> None:
+    if arch == _host_arch():
+        return
+    qemu = {"arm64": "qemu-aarch64", "amd64": "qemu-x86_64"}.get(arch, f"qemu-{arch}")
+    entry = Path("/proc/sys/fs/binfmt_misc") / qemu
+    try:
+        enabled = entry.read_text().splitlines()[0].strip() == "enabled"
+    except OSError:
+        enabled = False
+    if not enabled:
+        raise EnvironmentProblem(
+            f"{arch} binaries cannot run here ({qemu} is not enabled in binfmt_misc); run scripts/provision.sh"
+        )
+
+
+@contextlib.contextmanager
+def _locked(cache_dir: Path) -> Iterator[None]:
+    """Serialise rootfs builds between concurrent runs (CI jobs, a developer and provision.sh)."""
+    with (cache_dir / ".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def cached_rootfs(arch: str, cache_dir: Path, sources: Path) -> Rootfs | None:
+    """The cached rootfs for arch if it was built with the current recipe."""
+    _, key = recipe(arch, sources)
+    meta_path = cache_dir / f"rootfs-{arch}.json"
+    tarball = cache_dir / f"rootfs-{arch}.tar"
+    try:
+        meta = json.loads(meta_path.read_text())
+    except (OSError, ValueError):
+        return None
+    if meta.get("recipe") != key or not tarball.is_file() or tarball.stat().st_size != meta.get("size"):
+        return None
+    return Rootfs(arch=arch, tarball=tarball, sha256=meta["sha256"])
+
+
+def ensure_rootfs(arch: str, cache_dir: Path, sources: Path, *, refresh: bool = False) -> Rootfs:
+    """Build (or reuse) the Debian rootfs tarball for arch under cache_dir."""
+    try:
+        cache_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise EnvironmentProblem(f"cannot create {cache_dir} ({exc.strerror}); run as root or set --cache-dir") from exc
+    with _locked(cache_dir):
+        if not refresh and (found := cached_rootfs(arch, cache_dir, sources)):
+            return found
+        if shutil.which("mmdebstrap") is None:
+            raise EnvironmentProblem("mmdebstrap is not installed; run scripts/provision.sh")
+        _check_emulation(arch)
+        args, key = recipe(arch, sources)
+        tarball = cache_dir / f"rootfs-{arch}.tar"
+        partial = cache_dir / f".rootfs-{arch}.partial.tar"
+        partial.unlink(missing_ok=True)
+        started = time.monotonic()
+        result = run([*args, "--quiet", SUITE, str(partial), str(sources)], check=False)
+        if result.returncode != 0:
+            partial.unlink(missing_ok=True)
+            raise EnvironmentProblem(f"mmdebstrap failed for {arch} (exit {result.returncode}); see its output above")
+        seconds = time.monotonic() - started
+        partial.replace(tarball)
+        meta = {
+            "recipe": key,
+            "sha256": _sha256_file(tarball),
+            "size": tarball.stat().st_size,
+            "seconds": round(seconds, 1),
+            "built": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+        (cache_dir / f"rootfs-{arch}.json").write_text(json.dumps(meta, indent=2) + "\n")
+        print(f"rootfs {arch}: built in {seconds:.0f} s ({meta['size'] >> 20} MiB)", file=sys.stderr, flush=True)
+        return Rootfs(arch=arch, tarball=tarball, sha256=meta["sha256"])
+
+
+def rootfs_fingerprint(rootfs: Sequence[Rootfs]) -> str:
+    return hashlib.sha256(
+        "".join(f"{r.arch}={r.sha256}\n" for r in sorted(rootfs, key=lambda r: r.arch)).encode()
+    ).hexdigest()
+
+
+# ----------------------------------------------------------------------------------------- registry
+
+
+@dataclass(frozen=True)
+class RegistryImage:
+    """What the registry holds under a tag: its platforms and the labels of its image config."""
+
+    platforms: frozenset[str]
+    labels: dict[str, str]
+
+
+# The registry is on loopback: an http_proxy from the environment must not see these requests.
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def _registry_get(url: str, accept: Sequence[str]) -> tuple[bytes, str] | None:
+    request = urllib.request.Request(url, headers={"Accept": ", ".join(accept)})
+    try:
+        with _OPENER.open(request, timeout=30) as response:
+            return response.read(), response.headers.get("Content-Type", "")
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            return None
+        raise RegistryError(f"GET {url} answered {exc.code} {exc.reason}") from exc
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise RegistryError(
+            f"registry at {url.split('/v2/')[0]} is not reachable ({reason}); run scripts/provision.sh"
+        ) from exc
+
+
+def inspect_registry_image(ref: str) -> RegistryImage | None:
+    """Read a pushed image over the registry's HTTP API (plain http: the registry is on loopback)."""
+    registry, _, rest = ref.partition("/")
+    repo, _, tag = rest.rpartition(":")
+    base = f"http://{registry}/v2/{repo}"
+    found = _registry_get(f"{base}/manifests/{tag}", (*_INDEX_TYPES, *_MANIFEST_TYPES))
+    if found is None:
+        return None
+    body, content_type = found
+    document = json.loads(body)
+    media_type = document.get("mediaType") or content_type
+    platforms: dict[str, str] = {}
+    if media_type in _INDEX_TYPES:
+        for entry in document.get("manifests", []):
+            plat = entry.get("platform", {})
+            if plat.get("os") and plat.get("os") != "unknown":
+                platforms[f"{plat['os']}/{plat['architecture']}"] = entry["digest"]
+        if not platforms:
+            return RegistryImage(platforms=frozenset(), labels={})
+        manifest = _registry_get(f"{base}/manifests/{next(iter(platforms.values()))}", _MANIFEST_TYPES)
+        if manifest is None:
+            return None
+        document = json.loads(manifest[0])
+    config = _registry_get(f"{base}/blobs/{document['config']['digest']}", ("*/*",))
+    if config is None:
+        return None
+    config_doc = json.loads(config[0])
+    if not platforms:
+        platforms[f"{config_doc.get('os')}/{config_doc.get('architecture')}"] = ""
+    labels = (config_doc.get("config") or {}).get("Labels") or {}
+    return RegistryImage(platforms=frozenset(platforms), labels=labels)
+
+
+# ------------------------------------------------------------------------------------------- images
+
+
+@dataclass(frozen=True)
+class StandinStatus:
+    original: str
+    standin: str
+    state: str  # "up to date", "missing", "stale (...)"
+
+    @property
+    def current(self) -> bool:
+        return self.state == "up to date"
+
+
+def image_status(original: str, registry: str, recipe_id: str, fingerprint: str | None) -> StandinStatus:
+    """Whether the registry already holds this stand-in built from the same rootfs.
+
+    With no cached rootfs to compare (a fresh cache next to a kept registry), the recipe label decides,
+    so checking never has to build a rootfs.
+    """
+    target = standin_ref(original, registry)
+    pushed = inspect_registry_image(target)
+    if pushed is None:
+        return StandinStatus(original, target, "missing")
+    lacking = sorted(set(PLATFORMS) - pushed.platforms)
+    if lacking:
+        return StandinStatus(original, target, f"stale (no {', '.join(lacking)})")
+    if pushed.labels.get(LABEL_OF) != normalize_ref(original):
+        return StandinStatus(original, target, f"stale (label {LABEL_OF} is {pushed.labels.get(LABEL_OF)!r})")
+    if fingerprint is not None and pushed.labels.get(LABEL_ROOTFS) != fingerprint:
+        return StandinStatus(original, target, "stale (other rootfs)")
+    if pushed.labels.get(LABEL_RECIPE) != recipe_id:
+        return StandinStatus(original, target, "stale (other rootfs recipe)")
+    return StandinStatus(original, target, "up to date")
+
+
+def build_standin(original: str, registry: str, rootfs: Sequence[Rootfs], recipe_id: str) -> str:
+    """Build the multi-arch stand-in for one vendor base and push it; returns the stand-in ref."""
+    target = standin_ref(original, registry)
+    qualified = normalize_ref(original)
+    with tempfile.TemporaryDirectory(prefix="xcforge-standin-") as tmp:
+        context = Path(tmp)
+        for r in rootfs:
+            link = context / f"rootfs-{r.arch}.tar"
+            try:
+                os.link(r.tarball, link)
+            except OSError:  # another filesystem: copy
+                shutil.copyfile(r.tarball, link)
+        (context / "Dockerfile").write_text(DOCKERFILE)
+        (context / "xcforge-stand-in").write_text(qualified + "\n")
+        argv = [
+            DOCKER, "buildx", "build",
+            "--builder", "default",
+            "--platform", ",".join(PLATFORMS),
+            # Vendor bases are plain manifest lists; so are their stand-ins.
+            "--provenance=false", "--sbom=false",
+            "--progress=plain",
+            "--label", f"{LABEL_OF}={qualified}",
+            "--label", f"{LABEL_ROOTFS}={rootfs_fingerprint(rootfs)}",
+            "--label", f"{LABEL_RECIPE}={recipe_id}",
+            "--label", f"org.opencontainers.image.description=xcforge stand-in for {qualified}: "
+            f"Debian {SUITE} minbase with {', '.join(PACKAGES)}; not the vendor image",
+            "--tag", target,
+            "--push",
+            str(context),
+        ]  # fmt: skip
+        result = run(argv, check=False)
+    if result.returncode != 0:
+        raise EnvironmentProblem(
+            f"docker buildx build of the stand-in for {qualified} failed (exit {result.returncode})"
+        )
+    return target
+
+
+def matrix_bases(matrix_path: Path) -> list[str]:
+    """The base image refs of every target in matrix.yaml (each needs a stand-in here)."""
+    try:
+        from xcforge.matrix import load_matrix  # optional until the matrix module lands
+    except ImportError as exc:
+        raise ConfigError(
+            f"cannot read {matrix_path}: xcforge.matrix is not importable ({exc}); pass --image REF"
+        ) from exc
+    if not matrix_path.is_file():
+        raise ConfigError(f"{matrix_path} not found; pass --matrix FILE or --image REF")
+    matrix = load_matrix(matrix_path)
+    refs: list[str] = []
+    for name, target in matrix.targets.items():
+        unsupported = sorted(set(target.platforms) - set(PLATFORMS))
+        if unsupported:
+            raise ConfigError(
+                f"target {name!r} wants {', '.join(unsupported)}; stand-in bases exist for {', '.join(PLATFORMS)} only"
+            )
+        refs.append(target.base.image)
+    return refs
+
+
+def _dedupe(refs: Iterable[str]) -> list[str]:
+    seen: dict[str, str] = {}
+    for ref in refs:
+        seen.setdefault(normalize_ref(ref), ref)
+    return list(seen.values())
+
+
+# ------------------------------------------------------------------------------------------------ CLI
+
+
+def default_registry() -> str:
+    """The local registry: $XCFORGE_REGISTRY, else 127.0.0.1:$XCFORGE_REGISTRY_PORT (provision.sh's)."""
+    return os.environ.get("XCFORGE_REGISTRY", f"127.0.0.1:{os.environ.get('XCFORGE_REGISTRY_PORT', '5000')}")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m xcforge.standin",
+        description="Build stand-in base images (Debian bookworm) under the mirrored names of vendor bases "
+        "and push them to the local registry.",
+    )
+    parser.add_argument("--image", action="append", default=[], metavar="REF", help="a vendor base ref (repeatable)")
+    parser.add_argument(
+        "--matrix", type=Path, help="take the bases of every target in this matrix (default: matrix.yaml)"
+    )
+    parser.add_argument("--registry", default=default_registry(), help="registry host[:port] (default: %(default)s)")
+    parser.add_argument("--cache-dir", type=Path, default=CACHE_DIR, help="rootfs tarball cache (default: %(default)s)")
+    parser.add_argument("--force", action="store_true", help="rebuild and push even if the registry is up to date")
+    parser.add_argument("--refresh-rootfs", action="store_true", help="rebuild the rootfs tarballs too (new packages)")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--list", action="store_true", help="print 'original -> stand-in' and exit")
+    mode.add_argument("--check", action="store_true", help="report which stand-ins are up to date; build nothing")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    return parser
+
+
+def _refs_from_args(args: argparse.Namespace) -> list[str]:
+    refs = list(args.image)
+    if args.matrix is not None or not refs:
+        refs += matrix_bases(args.matrix or Path("matrix.yaml"))
+    if not refs:
+        raise ConfigError("no base images: the matrix has no targets and no --image was given")
+    return _dedupe(refs)
+
+
+def _execute(args: argparse.Namespace) -> int:
+    refs = _refs_from_args(args)
+    if args.list:
+        for ref in refs:
+            print(f"{normalize_ref(ref)} -> {standin_ref(ref, args.registry)}")
+        return 0
+
+    sources = host_sources()
+    arches = [_debian_arch(p) for p in PLATFORMS]
+    recipe_id = recipe_key(arches, sources)
+    cached = [cached_rootfs(a, args.cache_dir, sources) for a in arches]
+    fingerprint = rootfs_fingerprint(cached) if all(cached) and not args.refresh_rootfs else None  # type: ignore[arg-type]
+
+    statuses = [image_status(ref, args.registry, recipe_id, fingerprint) for ref in refs]
+    if args.check:
+        for status in statuses:
+            print(f"{status.standin}: {status.state}")
+        current = sum(s.current for s in statuses)
+        print(f"{current}/{len(statuses)} stand-ins up to date")
+        return 0 if current == len(statuses) else 1
+
+    todo = [s for s in statuses if args.force or args.refresh_rootfs or not s.current]
+    for status in statuses:
+        if status not in todo:
+            print(f"{status.standin}: up to date", file=sys.stderr)
+    if todo:
+        rootfs = [ensure_rootfs(a, args.cache_dir, sources, refresh=args.refresh_rootfs) for a in arches]
+        for status in todo:
+            started = time.monotonic()
+            build_standin(status.original, args.registry, rootfs, recipe_id)
+            print(
+                f"{status.standin}: pushed in {time.monotonic() - started:.0f} s ({status.state} before)",
+                file=sys.stderr,
+            )
+    print(f"{len(statuses)} stand-ins ({len(statuses) - len(todo)} up to date, {len(todo)} built) at {args.registry}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return _execute(args)
+    except XcforgeError as exc:
+        if args.debug:
+            raise
+        print(f"error: {exc.message}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
