@@ -226,7 +226,7 @@ def _containerd_store() -> dict:
         config=/etc/docker/daemon.json
         [ -s "$config" ] || echo '{}' | sudo tee "$config" > /dev/null
         merged=$RUNNER_TEMP/daemon.json
-        sudo jq '.features = ((.features // {}) + {"containerd-snapshotter": true})' "$config" > "$merged"
+        jq '.features = ((.features // {}) + {"containerd-snapshotter": true})' "$config" > "$merged"
         sudo cp "$merged" "$config"
         sudo systemctl restart docker
         docker info --format '{{ .Driver }} {{ json .DriverStatus }}'
@@ -537,7 +537,8 @@ if [ -z "$SM2_PUBLIC_KEY" ]; then
     exit 1
 fi
 printf '%s\\n' "$SM2_PUBLIC_KEY" > "$RUNNER_TEMP/sm2.pub"
-args=(--sm2-key "$RUNNER_TEMP/sm2.pub")
+# The keyless signature was made by this very workflow run's identity.
+args=(--sm2-key "$RUNNER_TEMP/sm2.pub" --keyless-identity "https://github.com/$GITHUB_WORKFLOW_REF")
 if [ -n "$COSIGN_PUBLIC_KEY" ]; then
     printf '%s\\n' "$COSIGN_PUBLIC_KEY" > "$RUNNER_TEMP/cosign.pub"
     args+=(--cosign-key "$RUNNER_TEMP/cosign.pub")

