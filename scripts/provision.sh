@@ -127,7 +127,11 @@ write_if_changed() { # path content
 setup_trixie_source() {
     local entry uris signed content
     entry=$(bookworm_entry)
-    [[ -n $entry ]] || die "no bookworm entry in /etc/apt/sources.list.d/*.sources or /etc/apt/sources.list; cannot derive the trixie source"
+    if [[ -z $entry ]]; then
+        local os
+        os=$(. /etc/os-release 2>/dev/null && echo "${PRETTY_NAME:-unknown}") || os=unknown
+        die "no Debian 12 (bookworm) entry in /etc/apt/sources.list.d/*.sources or /etc/apt/sources.list (this is $os); provision.sh installs packages on Debian 12 only"
+    fi
     IFS=$'\t' read -r uris signed <<<"$entry"
     content="# Written by xcforge scripts/provision.sh: Docker 26, buildx and cosign come from trixie.
 Types: deb
