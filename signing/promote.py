@@ -6,7 +6,7 @@ digest is unchanged) and every tag that belongs to a digest of that tree: `sha25
 it lists. Signature manifests already at the destination are merged, not overwritten.
 
 Identity: copied signatures still name the *source* repository. verify.py rejects them under the
-destination name unless the destination is re-signed (pass signers: promotion then signs the digest
+destination name unless the destination is re-signed (pass keys: promotion then signs the digest
 for the destination's name) or the verifier allows the source name explicitly. See docs/signing.md.
 """
 
