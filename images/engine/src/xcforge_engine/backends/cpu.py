@@ -172,7 +172,7 @@ class CpuBackend:
             why = (
                 f"1 of {len(cpus)} usable CPUs left to the API server and tokenizer"
                 if reserved
-                else f"all {len(cpus)} usable CPUs go to inference threads (fewer than {RESERVE_FROM})"
+                else f"every usable CPU ({len(cpus)}) runs inference threads (fewer than {RESERVE_FROM})"
             )
             settings.append(Setting(RESERVED_VAR, str(reserved), why))
 
