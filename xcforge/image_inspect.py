@@ -43,11 +43,24 @@ def exists(ref: str) -> bool:
 
 
 def image_configs(ref: str) -> dict[str, dict]:
-    """platform → image config (labels are under config.Labels)."""
-    data = json.loads(_imagetools(["--format", "{{json .Image}}", ref]))
-    if "config" in data or "architecture" in data:
-        return {f"{data.get('os', 'linux')}/{data.get('architecture', '?')}": data}
-    return data
+    """platform → image config blob, read from the registry as-is.
+
+    (imagetools' `.Image` view is the OCI struct, which drops Docker's Healthcheck and friends.)
+    """
+    from xcforge.oci import RegistryClient, parse_reference
+
+    parsed = parse_reference(ref)
+    client = RegistryClient(parsed.registry)
+    top = client.get_manifest(parsed.repository, parsed.reference)
+    descriptors = top.json().get("manifests") if top.is_index else [{"digest": top.digest}]
+    out: dict[str, dict] = {}
+    for descriptor in descriptors or []:
+        if _is_attestation(descriptor):
+            continue
+        manifest = client.get_manifest(parsed.repository, descriptor["digest"]).json()
+        config = json.loads(client.get_blob(parsed.repository, manifest["config"]["digest"]))
+        out[f"{config.get('os', 'linux')}/{config.get('architecture', '?')}"] = config
+    return out
 
 
 def labels(ref: str) -> dict[str, dict[str, str]]:

@@ -7,7 +7,6 @@ printed as a table. Later steps (signing, smoke tests) add their results to the 
 from __future__ import annotations
 
 import json
-import os
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -15,6 +14,8 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+
+from xcforge import ci
 
 REPORT_SCHEMA = 1
 
@@ -144,10 +145,7 @@ def write_reports(results: list[BuildResult], dist: Path) -> tuple[Path, Path]:
     tmp.replace(json_path)
     text = markdown(results)
     md_path.write_text(text, encoding="utf-8")
-    summary = os.environ.get("GITHUB_STEP_SUMMARY")
-    if summary:
-        with open(summary, "a", encoding="utf-8") as fh:
-            fh.write(text)
+    ci.write_step_summary(text)
     return json_path, md_path
 
 

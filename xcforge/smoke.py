@@ -51,6 +51,32 @@ class SmokeSubject:
     native_platform: str
     engine_install: str = "full"
     archive: Path | None = None
+    # `--device` runs on a machine with the hardware: the target's devices and driver mounts.
+    device_flags: tuple[str, ...] = ()
+
+    @property
+    def on_device(self) -> bool:
+        return bool(self.device_flags)
+
+
+def device_flags(target: Target, root: Path = Path("/")) -> tuple[str, ...]:
+    """The `docker run` flags that hand this host's devices and driver mounts to a container,
+    from the target's runtime contract (only what exists here)."""
+    import glob
+    import shlex
+
+    flags: list[str] = []
+    for pattern in target.runtime.devices:
+        for path in sorted(glob.glob(str(root / pattern.lstrip("/")))):
+            flags += ["--device", path]
+    for mount in target.runtime.mounts:
+        if Path(mount.host).exists():
+            flags += ["-v", f"{mount.host}:{mount.container}{':ro' if mount.readonly else ''}"]
+    for flag in target.runtime.docker_flags:
+        flags += shlex.split(flag)
+    for group in target.runtime.user.groups:
+        flags += ["--group-add", str(group.gid)]
+    return tuple(flags)
 
 
 def _say(message: str) -> None:
@@ -103,6 +129,7 @@ def check_metadata(subject: SmokeSubject, config: dict, platform: str) -> list[S
 def _docker_run(subject: SmokeSubject, platform: str, args: list[str], *, timeout: int = 600, entrypoint=None):
     name = f"xcforge-smoke-{uuid.uuid4().hex[:10]}"
     cmd = [DOCKER, "run", "--rm", "--name", name, "--platform", platform, "--shm-size", "1g"]
+    cmd += list(subject.device_flags)
     if entrypoint:
         cmd += ["--entrypoint", entrypoint]
     cmd += [subject.ref, *args]
@@ -154,6 +181,10 @@ def check_doctor(subject: SmokeSubject, platform: str) -> list[SmokeCheck]:
         tail = (proc.stdout + proc.stderr).decode(errors="replace").strip()[-300:]
         return [SmokeCheck("doctor --json", platform, FAIL, f"not JSON (exit {proc.returncode}): {tail}")]
     errors = [c for c in report.get("checks", []) if c.get("status") == "error"]
+    if subject.on_device:
+        ok = not errors and proc.returncode == 0
+        detail = f"verdict {report.get('verdict')}" + "".join(f"; {c.get('id')}: {c.get('message')}" for c in errors)
+        return [SmokeCheck("doctor with the devices", platform, PASS if ok else FAIL, detail)]
     reported = set()
     for check in errors:
         if ".device" in check.get("id", ""):
@@ -227,7 +258,7 @@ def served(subject: SmokeSubject, model_dir: Path, *, extra_env: dict[str, str] 
     target = subject.target
     cmd = [DOCKER, "run", "-d", "--name", name, "--platform", subject.native_platform]
     cmd += ["-p", f"127.0.0.1:{port}:{target.runtime.port}", "--shm-size", target.runtime.shm_size]
-    cmd += ["-v", f"{model_dir}:/models/tiny:ro"]
+    cmd += ["-v", f"{model_dir}:/models/tiny:ro", *subject.device_flags]
     for key, value in (extra_env or {}).items():
         cmd += ["-e", f"{key}={value}"]
     if memory:
@@ -264,6 +295,7 @@ def wait_healthy(container: ServedContainer, timeout: float = 420) -> tuple[bool
 
 
 def check_serve(subject: SmokeSubject, model_dir: Path | None = None) -> list[SmokeCheck]:
+    """Serve a model (the generated tiny one unless given) and talk to it as an application would."""
     import requests
     from openai import OpenAI
 
@@ -274,7 +306,8 @@ def check_serve(subject: SmokeSubject, model_dir: Path | None = None) -> list[Sm
         checks.append(SmokeCheck(f"serve {name}", platform, PASS if ok else FAIL, detail))
         return ok
 
-    with tiny_model(model_dir) as model, served(subject, model, extra_env={"VLLM_CPU_KVCACHE_SPACE": "1"}) as c:
+    env = {"VLLM_CPU_KVCACHE_SPACE": "1"} if subject.target.backend == "cpu" else {}
+    with tiny_model(model_dir) as model, served(subject, model, extra_env=env) as c:
         started = time.monotonic()
         ok, detail = wait_healthy(c)
         if not record("/health", ok, detail or f"200 after {time.monotonic() - started:.0f} s"):
@@ -360,6 +393,17 @@ def _serve_or_skip(subject: SmokeSubject, model_dir: Path | None) -> list[SmokeC
                 )
             )
     if subject.native_platform not in subject.platforms:
+        return checks
+    if subject.target.backend != "cpu" and not subject.on_device:
+        checks.append(
+            SmokeCheck(
+                "serve",
+                subject.native_platform,
+                SKIP,
+                f"needs {subject.target.backend} hardware: runs with `smoke --device` on [self-hosted, "
+                f"{subject.target.backend}] runners",
+            )
+        )
         return checks
     arch = subject.native_platform.split("/")[1]
     if subject.engine_install in ("skip", f"skip-{arch}"):

@@ -11,7 +11,7 @@ from xcforge.errors import ConfigError, SmokeFailed
 from xcforge.matrix import load_matrix
 from xcforge.plan import DIST_DIR
 from xcforge.report import load_results, print_table, write_reports
-from xcforge.smoke import FAIL, SmokeSubject, run_smoke
+from xcforge.smoke import FAIL, SmokeSubject, device_flags, run_smoke
 
 
 def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -29,6 +29,11 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     serve.add_argument("--serve", dest="serve", action="store_true", default=None, help="force the serve test")
     serve.add_argument("--no-serve", dest="serve", action="store_false", help="skip the serve test")
     parser.add_argument("--model", type=Path, help="model directory for the serve test (default: a generated tiny one)")
+    parser.add_argument(
+        "--device",
+        action="store_true",
+        help="this machine has the target's hardware: pass its devices and driver mounts, expect a clean doctor",
+    )
     parser.set_defaults(func=run)
 
 
@@ -56,7 +61,16 @@ def run(args: argparse.Namespace) -> int:
         engine_install = record.engine_install
         archive = Path(record.archive) if record.archive else None
     native = check_docker().native_platform
-    subject = SmokeSubject(target, ref, platforms, native, engine_install, archive)
+    flags = ()
+    if args.device:
+        flags = device_flags(target)
+        if target.runtime.devices and "--device" not in flags:
+            raise ConfigError(
+                f"--device: none of {', '.join(target.runtime.devices)} exists on this machine; "
+                f"run on a [self-hosted, {target.backend}] runner"
+            )
+        platforms = tuple(p for p in platforms if p == native)
+    subject = SmokeSubject(target, ref, platforms, native, engine_install, archive, flags)
     checks = run_smoke(subject, serve=args.serve, model_dir=args.model)
     if record is not None:
         record.smoke = [asdict(c) for c in checks]
