@@ -7,7 +7,8 @@ import sys
 from pathlib import Path
 
 from xcforge import ci
-from xcforge.errors import ConfigError, RenderError
+from xcforge.commands._drift import report_drift
+from xcforge.errors import ConfigError
 from xcforge.matrix import load_matrix
 from xcforge.render import REPO_ROOT
 
@@ -59,20 +60,12 @@ def run_workflows(args: argparse.Namespace) -> int:
 
     matrix = load_matrix(args.matrix)
     results = write_or_check(matrix, args.root, check=args.check)
-    for result in results:
-        try:
-            shown = result.path.relative_to(args.root)
-        except ValueError:
-            shown = result.path
-        print(f"{result.status:9} {shown}")
-    bad = [r for r in results if r.status in {"stale", "missing"}]
-    if bad:
-        names = ", ".join(str(r.path.name) for r in bad)
-        raise RenderError(
-            f"generated workflows are out of date with matrix.yaml ({names}); run `python build.py workflows` and "
-            "commit (never edit them by hand)"
-        )
-    return 0
+    return report_drift(
+        results,
+        what="generated workflows (never edit them by hand)",
+        fix="python build.py workflows",
+        root=args.root,
+    )
 
 
 def selected_target_names(matrix_targets: list[str], spec: str) -> list[str]:

@@ -7,7 +7,8 @@ import shlex
 import sys
 from pathlib import Path
 
-from xcforge.errors import ConfigError, RenderError
+from xcforge.commands._drift import report_drift
+from xcforge.errors import ConfigError
 from xcforge.matrix import load_matrix
 from xcforge.render import REPO_ROOT
 
@@ -157,16 +158,4 @@ def _examples(args: argparse.Namespace, matrix) -> int:
     from xcforge.deploy import write_or_check_examples
 
     results = write_or_check_examples(matrix, args.root, check=args.check)
-    for result in results:
-        try:
-            shown = result.path.relative_to(args.root)
-        except ValueError:
-            shown = result.path
-        print(f"{result.status:9} {shown}")
-    bad = [r for r in results if r.status in {"stale", "missing"}]
-    if bad:
-        raise RenderError(
-            f"operator examples are out of date with matrix.yaml ({', '.join(r.path.name for r in bad)}); "
-            "run `python build.py deploy --examples` and commit"
-        )
-    return 0
+    return report_drift(results, what="operator examples", fix="python build.py deploy --examples", root=args.root)

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
+from xcforge.commands._drift import report_drift
 from xcforge.commands._targets import add_target_arguments, selected_targets
-from xcforge.errors import RenderError
 from xcforge.render import write_or_check
 
 
@@ -22,12 +21,4 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
 def run(args: argparse.Namespace) -> int:
     matrix, targets = selected_targets(args)
     results = write_or_check(matrix, targets, check=args.check)
-    for result in results:
-        print(f"{result.status:8} {result.path}", file=sys.stdout)
-    bad = [r for r in results if r.status in {"stale", "missing"}]
-    if bad:
-        names = ", ".join(r.target for r in bad)
-        raise RenderError(
-            f"committed Dockerfiles are out of date for: {names}; run `python build.py render --all` and commit"
-        )
-    return 0
+    return report_drift(results, what="committed Dockerfiles", fix="python build.py render --all", root=matrix.root)
