@@ -343,12 +343,13 @@ def build_one(plan: BuildPlan, env: DockerEnvironment, engine_dir: Path, engine_
                 _say(f"[{name}] registry error ({reason}); retrying in {delay} s ({attempt}/{REGISTRY_RETRIES - 1})")
                 time.sleep(delay)
                 continue
-            kind = "registry error after retries" if retryable else "build failed"
-            raise BuildFailed(f"{name}: {kind}: {reason}")
+            if retryable:
+                raise RegistryError(f"{name}: registry error after {attempt} attempts: {reason}")
+            raise BuildFailed(f"{name}: build failed: {reason}")
         _finish(plan, result, partial, record_path)
         result.status = "built"
     except XcforgeError as exc:
-        result.error = exc.message
+        result.error, result.error_code = exc.message, exc.exit_code
     finally:
         partial.unlink(missing_ok=True)
         shutil.rmtree(metadata_dir, ignore_errors=True)
@@ -447,7 +448,7 @@ def run_builds(request: BuildRequest) -> int:
             return build_one(plan, env, engine_dir, engine_hash, request.options.force)
         except XcforgeError as exc:
             result = _result(plan, "failed")
-            result.error = exc.message
+            result.error, result.error_code = exc.message, exc.exit_code
             return result
 
     if request.jobs == 1 or len(plans) == 1:
@@ -494,7 +495,10 @@ def run_builds(request: BuildRequest) -> int:
     if any(r.error for r in results):
         first = next(r for r in results if r.error)
         count = sum(1 for r in results if r.error)
-        raise BuildFailed(f"{count} of {len(plans)} target(s) failed; first: {first.error.splitlines()[0]}")
+        error = BuildFailed(f"{count} of {len(plans)} target(s) failed; first: {first.error.splitlines()[0]}")
+        # The first failure's own exit code (6 for a registry, 7 for signing...) tells CI what broke.
+        error.exit_code = first.error_code or BuildFailed.exit_code
+        raise error
     if failed:
         return 9
     return 0

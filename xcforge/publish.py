@@ -82,6 +82,6 @@ def sign_results(results: list[BuildResult], request) -> bool:
                 )
         except XcforgeError as exc:
             ok = False
-            result.error = f"signing failed: {exc.message}"
+            result.error, result.error_code = f"signing failed: {exc.message}", exc.exit_code
             print(f"error: {result.target}: {result.error}", file=sys.stderr)
     return ok

@@ -47,6 +47,7 @@ class BuildResult:
     cache_hits: int = 0
     steps: int = 0
     error: str | None = None
+    error_code: int = 0  # the XcforgeError exit code behind `error` (5 build, 6 registry, ...)
     signatures: list[dict[str, Any]] = field(default_factory=list)
     smoke: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)

@@ -438,6 +438,7 @@ def smoke_results(results, request) -> bool:
         failed = [c for c in checks if c.status == FAIL]
         if failed:
             ok = False
+            result.error_code = 9
             result.error = f"{len(failed)} smoke check(s) failed: " + ", ".join(
                 f"{c.check} ({c.platform})" for c in failed[:5]
             )
