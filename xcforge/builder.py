@@ -137,8 +137,9 @@ def buildx_command(
         cmd += ["--build-arg", f"{key}={value}"]
     for secret_id, path in sorted(secret_files.items()):
         cmd += ["--secret", f"id={secret_id},src={path}"]
+    # One flag per level: buildx 0.13 reads "index,manifest:" as part of the key.
     for key, value in _annotations(plan, build_args).items():
-        cmd += ["--annotation", f"index,manifest:{key}={value}"]
+        cmd += ["--annotation", f"index:{key}={value}", "--annotation", f"manifest:{key}={value}"]
     if plan.output != "archive" and plan.site.registry_cache:
         cache_ref = f"{plan.image_repo}:buildcache-{'-'.join(p.split('/')[1] for p in plan.platforms)}"
         cmd += [
