@@ -1,18 +1,23 @@
 #!/usr/bin/env bash
-# Provision a Debian 12 machine (CI runner or developer box) for xcforge:
-#   apt packages (Docker 26 + buildx + cosign from trixie, the rest from bookworm),
-#   QEMU binfmt for arm64, dockerd with the containerd image store, a loopback OCI registry,
-#   the project's .venv, and the stand-in base images.
-# Idempotent and quiet; a second run only checks and takes a few seconds.
-# See docs/provisioning.md.
+# Provision a Debian 12 machine (developer box, this project's CI) or an Ubuntu 22.04/24.04 one
+# (GitHub's hosted runners) for xcforge: apt packages (on Debian: Docker 26 + buildx + cosign from
+# trixie), QEMU binfmt for the other architecture, dockerd with the containerd image store, a
+# loopback OCI registry, the project's .venv, and the stand-in base images.
+# Idempotent and quiet; a second run only checks and takes a few seconds. See docs/provisioning.md.
 #
-# Usage: scripts/provision.sh [--no-python] [--no-bases] [--status]
-# Env:   XCFORGE_REGISTRY_PORT (default 5000)
+# Usage: scripts/provision.sh [--no-python] [--no-bases] [--status | --plan]
+# Env:   XCFORGE_REGISTRY_PORT (default 5000); XCFORGE_DEBIAN_MIRROR (Ubuntu: Debian archive URL
+#        for the stand-in bases); XCFORGE_OS_RELEASE (default /etc/os-release);
+#        --plan only: XCFORGE_PLAN_ARCH (amd64|arm64), XCFORGE_PLAN_SYSTEMD (1|0)
 set -euo pipefail
 
 REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # shellcheck source=scripts/lib/services.sh
 source "$REPO_ROOT/scripts/lib/services.sh"
+# shellcheck source=scripts/lib/os.sh
+source "$REPO_ROOT/scripts/lib/os.sh"
+# shellcheck source=scripts/lib/ubuntu.sh
+source "$REPO_ROOT/scripts/lib/ubuntu.sh"
 
 TRIXIE_PACKAGES=(docker.io docker-cli docker-buildx cosign)
 # runc, tini: trixie's builds need libc6 >= 2.38 and would drag trixie's libc (and base-files)
@@ -35,9 +40,13 @@ PROVISION_LOG=$XCFORGE_LOG_DIR/provision.log
 WANT_PYTHON=1
 WANT_BASES=1
 STATUS_ONLY=0
+PLAN=0
+# The interpreter of .venv (Ubuntu 22.04: python3.11) and where a missing buildx comes from.
+PYTHON=python3
+BUILDX_HINT="package docker-buildx from trixie"
 
 usage() {
-    sed -n '2,10p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '2,11p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
 }
 
 while (($#)); do
@@ -45,6 +54,7 @@ while (($#)); do
         --no-python) WANT_PYTHON=0 ;;
         --no-bases) WANT_BASES=0 ;;
         --status) STATUS_ONLY=1 ;;
+        --plan) PLAN=1 ;;
         -h | --help) usage; exit 0 ;;
         *) echo "provision: error: unknown option '$1' (see --help)" >&2; exit 2 ;;
     esac
@@ -189,27 +199,48 @@ install_packages() {
 
 # ---------------------------------------------------------------- binfmt (arm64 under QEMU)
 
-setup_binfmt() {
-    local entry=/proc/sys/fs/binfmt_misc/qemu-aarch64
-    if [[ $(uname -m) == aarch64 ]]; then
-        say "binfmt" "native aarch64, no emulation needed"
-        return
-    fi
+# Enable one QEMU entry of binfmt_misc (qemu-aarch64, qemu-x86_64) and check its F flag.
+enable_binfmt() { # name
+    local name=$1 entry=/proc/sys/fs/binfmt_misc/$1
     if ! mountpoint -q /proc/sys/fs/binfmt_misc; then
         logged "mount binfmt_misc" mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc
     fi
     if [[ ! -f $entry ]] || ! grep -qx enabled "$entry"; then
-        if ! update-binfmts --display qemu-aarch64 >/dev/null 2>&1; then
-            logged "update-binfmts --import" update-binfmts --import qemu-aarch64
+        if [[ ! -f /usr/share/binfmts/$name && -f /usr/lib/binfmt.d/$name.conf ]] &&
+            ! update-binfmts --display "$name" >/dev/null 2>&1; then
+            # A qemu-user-static with no binfmt-support format: register its systemd-binfmt line.
+            if [[ -f $entry ]]; then
+                logged "enable $name" sh -c "echo 1 > $entry"
+            else
+                logged "register $name" sh -c "grep -v '^[#;]' /usr/lib/binfmt.d/$name.conf > /proc/sys/fs/binfmt_misc/register"
+            fi
+        else
+            if ! update-binfmts --display "$name" >/dev/null 2>&1; then
+                logged "update-binfmts --import" update-binfmts --import "$name"
+            fi
+            logged "update-binfmts --enable" update-binfmts --enable "$name"
         fi
-        logged "update-binfmts --enable" update-binfmts --enable qemu-aarch64
     fi
-    grep -qx enabled "$entry" 2>/dev/null || die "qemu-aarch64 is not enabled in binfmt_misc after update-binfmts"
+    grep -qx enabled "$entry" 2>/dev/null || die "$name is not enabled in binfmt_misc after update-binfmts"
     # F (fix binary): the kernel opens the interpreter now, so it works inside containers too.
     local flags
     flags=$(sed -n 's/^flags: //p' "$entry")
-    [[ $flags == *F* ]] || die "qemu-aarch64 binfmt entry lacks the F flag (flags: $flags); containers cannot use it"
-    say "binfmt" "qemu-aarch64 enabled (flags $flags)"
+    [[ $flags == *F* ]] || die "$name binfmt entry lacks the F flag (flags: $flags); containers cannot use it"
+    say "binfmt" "$name enabled (flags $flags)"
+}
+
+# Debian: arm64 under QEMU on an x86_64 machine.
+setup_binfmt() {
+    if [[ $(uname -m) == aarch64 ]]; then
+        say "binfmt" "native aarch64, no emulation needed"
+        return
+    fi
+    enable_binfmt qemu-aarch64
+}
+
+# Ubuntu: the other architecture of the amd64/arm64 pair (qemu-x86_64 on an arm64 runner).
+setup_binfmt_foreign() {
+    enable_binfmt "$(qemu_binfmt "$FOREIGN_ARCH")"
 }
 
 # ---------------------------------------------------------------- docker engine
@@ -269,9 +300,12 @@ start_engine() {
 
 check_buildx() {
     local version platforms
-    version=$("$DOCKER" buildx version 2>/dev/null) || die "docker buildx is missing (package docker-buildx from trixie)"
+    version=$("$DOCKER" buildx version 2>/dev/null) || die "docker buildx is missing ($BUILDX_HINT)"
     platforms=$("$DOCKER" buildx inspect default 2>/dev/null | sed -n 's/^Platforms: *//p' | head -n 1)
-    [[ $platforms == *linux/arm64* ]] || die "the default buildx builder does not offer linux/arm64 (platforms: $platforms); is binfmt set up?"
+    local want
+    for want in linux/amd64 linux/arm64; do
+        [[ $platforms == *"$want"* ]] || die "the default buildx builder does not offer $want (platforms: $platforms); is binfmt set up?"
+    done
     say "buildx" "$(awk '{print $2}' <<<"$version"), default builder: linux/amd64 + linux/arm64"
 }
 
@@ -309,20 +343,22 @@ http:
 python_stamp() {
     local files=("$REPO_ROOT/pyproject.toml")
     [[ -f $REPO_ROOT/images/engine/pyproject.toml ]] && files+=("$REPO_ROOT/images/engine/pyproject.toml")
-    { python3 --version; cat "${files[@]}"; } | sha256sum | cut -d' ' -f1
+    { "$PYTHON" --version; cat "${files[@]}"; } | sha256sum | cut -d' ' -f1
 }
 
 setup_python() {
     local venv=$REPO_ROOT/.venv stamp_file=$REPO_ROOT/.venv/.xcforge-provisioned stamp
     stamp=$(python_stamp)
-    if [[ -x $venv/bin/python ]] && "$venv/bin/python" -c '' 2>/dev/null &&
+    # The project needs Python >= 3.11 (pyproject.toml); a .venv of an older one is made again.
+    local works='import sys; sys.exit(sys.version_info < (3, 11))'
+    if [[ -x $venv/bin/python ]] && "$venv/bin/python" -c "$works" 2>/dev/null &&
         [[ -f $stamp_file && $(cat "$stamp_file") == "$stamp" ]]; then
         say "python" ".venv up to date ($("$venv/bin/python" --version))"
         return
     fi
     local started=$SECONDS
-    if ! { [[ -x $venv/bin/python ]] && "$venv/bin/python" -c '' 2>/dev/null; }; then
-        logged "python3 -m venv" python3 -m venv --clear "$venv"
+    if ! { [[ -x $venv/bin/python ]] && "$venv/bin/python" -c "$works" 2>/dev/null; }; then
+        logged "$PYTHON -m venv" "$PYTHON" -m venv --clear "$venv"
     fi
     local targets=(-e "${REPO_ROOT}[dev]")
     [[ -f $REPO_ROOT/images/engine/pyproject.toml ]] && targets+=(-e "$REPO_ROOT/images/engine")
@@ -369,23 +405,39 @@ build_bases() {
 
 # ---------------------------------------------------------------- --status
 
-show_status() {
-    local missing
-    missing=$(missing_packages)
-    if [[ -z $missing ]]; then
-        say "apt packages" "installed ($(dpkg-query -W -f='docker.io ${Version}' docker.io))"
-    else
-        say "apt packages" "missing: ${missing//$'\n'/ }"
-    fi
-    local entry=/proc/sys/fs/binfmt_misc/qemu-aarch64
-    if [[ $(uname -m) == aarch64 ]]; then
-        say "binfmt" "native aarch64"
-    elif [[ -f $entry ]] && grep -qx enabled "$entry"; then
-        say "binfmt" "qemu-aarch64 enabled (flags $(sed -n 's/^flags: //p' "$entry"))"
+status_binfmt() { # name
+    local entry=/proc/sys/fs/binfmt_misc/$1
+    if [[ -f $entry ]] && grep -qx enabled "$entry"; then
+        say "binfmt" "$1 enabled (flags $(sed -n 's/^flags: //p' "$entry"))"
     elif mountpoint -q /proc/sys/fs/binfmt_misc; then
-        say "binfmt" "qemu-aarch64 not enabled"
+        say "binfmt" "$1 not enabled"
     else
         say "binfmt" "binfmt_misc not mounted"
+    fi
+}
+
+show_status() {
+    local missing
+    if [[ $OS_FAMILY == ubuntu ]]; then
+        missing=$(ubuntu_missing_packages)
+        if [[ -z $missing ]]; then
+            say "apt packages" "installed"
+        else
+            say "apt packages" "missing: ${missing//$'\n'/ }"
+        fi
+        status_binfmt "$(qemu_binfmt "$FOREIGN_ARCH")"
+    else
+        missing=$(missing_packages)
+        if [[ -z $missing ]]; then
+            say "apt packages" "installed ($(dpkg-query -W -f='docker.io ${Version}' docker.io))"
+        else
+            say "apt packages" "missing: ${missing//$'\n'/ }"
+        fi
+        if [[ $(uname -m) == aarch64 ]]; then
+            say "binfmt" "native aarch64"
+        else
+            status_binfmt qemu-aarch64
+        fi
     fi
     if containerd_up; then say "containerd" "running"; else say "containerd" "not running"; fi
     if docker_up; then
@@ -416,23 +468,109 @@ show_status() {
     fi
 }
 
+# ---------------------------------------------------------------- --plan
+
+plan_binfmt() {
+    if [[ $OS_FAMILY == debian ]]; then
+        if [[ $HOST_ARCH == arm64 ]]; then
+            say "binfmt" "native aarch64, no emulation needed"
+        else
+            say "binfmt" "update-binfmts --enable qemu-aarch64 (qemu-user-static, binfmt-support); the entry must have the F flag"
+        fi
+        return
+    fi
+    say "binfmt" "update-binfmts --enable $(qemu_binfmt "$FOREIGN_ARCH") (qemu-user-static, binfmt-support); the entry must have the F flag"
+}
+
+plan_registry() {
+    say "registry" "docker-registry serve $XCFORGE_STATE_DIR/registry-$XCFORGE_REGISTRY_PORT.yml (http.addr $XCFORGE_REGISTRY, storage $XCFORGE_STATE_DIR/registry)"
+}
+
+plan_debian() {
+    say "apt packages" "from bookworm: ${BOOKWORM_PACKAGES[*]}"
+    say "apt packages" "from trixie (pinned at 100, entry copied from this machine's bookworm entry): ${TRIXIE_PACKAGES[*]}"
+    plan_binfmt
+    say "docker engine" "merge {\"features\": {\"containerd-snapshotter\": true}} into $DAEMON_JSON; start containerd + dockerd in the background (no systemd)"
+    say "buildx" "the default builder must offer linux/amd64 + linux/arm64"
+    plan_registry
+    if ((WANT_PYTHON)); then
+        say "python" "python3 -m venv .venv; pip install -e .[dev]"
+    fi
+    if ((WANT_BASES)); then
+        say "stand-in bases" "python -m xcforge.standin: mmdebstrap bookworm from this machine's own Debian apt sources"
+    fi
+}
+
+# What a run would do on a fresh machine of this kind; it looks at nothing else on the machine and
+# changes nothing. Steps already done are skipped when it runs.
+print_plan() {
+    local what="$OS_PRETTY, $HOST_ARCH"
+    if [[ $OS_FAMILY == ubuntu ]]; then
+        if ((PLAN_SYSTEMD)); then what+=", systemd"; else what+=", no systemd"; fi
+        if ((WANT_BASES)); then ubuntu_check_mirror; fi
+    fi
+    printf 'provision plan for %s (changes nothing; a step already done is skipped when it runs)\n' "$what"
+    if [[ $OS_FAMILY == ubuntu ]]; then plan_ubuntu; else plan_debian; fi
+}
+
 # ---------------------------------------------------------------- main
 
-if ((STATUS_ONLY)); then
-    show_status
-    exit 0
+provision_debian() {
+    install_packages
+    setup_binfmt
+    start_engine
+    check_buildx
+    start_registry
+    if ((WANT_PYTHON)); then setup_python; fi
+    if ((WANT_BASES)); then build_bases; fi
+}
+
+main() {
+    detect_os || die "$OS_ERROR"
+    if ((PLAN)); then
+        HOST_ARCH=$(host_arch "${XCFORGE_PLAN_ARCH:-}")
+        case ${XCFORGE_PLAN_SYSTEMD:-} in
+            1) PLAN_SYSTEMD=1 ;;
+            0) PLAN_SYSTEMD=0 ;;
+            '') if systemd_running; then PLAN_SYSTEMD=1; else PLAN_SYSTEMD=0; fi ;;
+            *) die "XCFORGE_PLAN_SYSTEMD must be 1 or 0, not '$XCFORGE_PLAN_SYSTEMD'" ;;
+        esac
+    else
+        HOST_ARCH=$(host_arch)
+    fi
+    FOREIGN_ARCH=$(foreign_arch "$HOST_ARCH") || FOREIGN_ARCH=''
+    if [[ $OS_FAMILY == ubuntu ]]; then
+        [[ -n $FOREIGN_ARCH ]] || die "unsupported architecture $HOST_ARCH on $OS_PRETTY; provision.sh supports amd64 and arm64 hosts"
+        PYTHON=$(ubuntu_python)
+        BUILDX_HINT="the preinstalled docker-buildx-plugin, or Ubuntu's docker-buildx"
+    fi
+
+    if ((PLAN)); then
+        print_plan
+        exit 0
+    fi
+
+    if ((STATUS_ONLY)); then
+        show_status
+        exit 0
+    fi
+
+    [[ $EUID -eq 0 ]] || die "run as root (it installs packages and starts daemons)"
+    if [[ $OS_FAMILY == ubuntu ]] && ((WANT_BASES)); then ubuntu_check_mirror; fi
+    mkdir -p "$XCFORGE_LOG_DIR" "$XCFORGE_RUN_DIR" "$XCFORGE_STATE_DIR"
+    printf '\n=== provision %s\n' "$(date -Is)" >>"$PROVISION_LOG"
+    T0=$SECONDS
+
+    if [[ $OS_FAMILY == ubuntu ]]; then
+        say "os" "$OS_PRETTY ($HOST_ARCH, $(systemd_running && echo systemd || echo 'no systemd'))"
+        provision_ubuntu
+    else
+        provision_debian
+    fi
+    printf 'provision: done in %s s\n' "$((SECONDS - T0))"
+}
+
+# Sourced (tests/provision): only define the functions.
+if [[ ${BASH_SOURCE[0]} == "$0" ]]; then
+    main
 fi
-
-[[ $EUID -eq 0 ]] || die "run as root (it installs packages and starts daemons)"
-mkdir -p "$XCFORGE_LOG_DIR" "$XCFORGE_RUN_DIR" "$XCFORGE_STATE_DIR"
-printf '\n=== provision %s\n' "$(date -Is)" >>"$PROVISION_LOG"
-T0=$SECONDS
-
-install_packages
-setup_binfmt
-start_engine
-check_buildx
-start_registry
-if ((WANT_PYTHON)); then setup_python; fi
-if ((WANT_BASES)); then build_bases; fi
-printf 'provision: done in %s s\n' "$((SECONDS - T0))"

@@ -15,6 +15,7 @@ image; the label ``io.xcforge.stand-in`` and the file ``/etc/xcforge-stand-in`` 
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import fcntl
 import hashlib
@@ -52,6 +53,11 @@ RECIPE_VERSION = "1"
 # The stand-in's apt sources are the build machine's own, so `apt-get update` inside a stand-in
 # uses the same mirror the machine does (and no archive host is written in this repository).
 HOST_SOURCES = (Path("/etc/apt/sources.list.d/debian.sources"), Path("/etc/apt/sources.list"))
+# A machine that is not Debian (GitHub's Ubuntu runners) has no Debian sources to copy: the mirror comes
+# from this variable (CI's workflow sets it) and the keyring from Ubuntu's debian-archive-keyring package.
+MIRROR_ENV = "XCFORGE_DEBIAN_MIRROR"
+DEBIAN_KEYRING = Path("/usr/share/keyrings/debian-archive-keyring.gpg")
+_MIRROR_URL = re.compile(r"https?://\S+")
 
 DOCKERFILE = """\
 FROM scratch
@@ -186,14 +192,77 @@ def _host_arch() -> str:
     return {"x86_64": "amd64", "aarch64": "arm64", "arm64": "arm64", "amd64": "amd64"}.get(machine, machine)
 
 
+def os_release() -> dict[str, str]:
+    """The machine's os-release fields ($XCFORGE_OS_RELEASE, else /etc/os-release); {} if unreadable."""
+    path = Path(os.environ.get("XCFORGE_OS_RELEASE", "/etc/os-release"))
+    try:
+        text = path.read_text()
+    except OSError:
+        return {}
+    fields = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and not key.startswith("#"):
+            fields[key.strip()] = value.strip().strip("\"'")
+    return fields
+
+
 def host_sources() -> Path:
-    for path in HOST_SOURCES:
-        if path.is_file() and path.read_text().strip():
-            return path
+    """The apt sources mmdebstrap builds the rootfs from (and the stand-in keeps).
+
+    On Debian (or when os-release cannot be read): the machine's own Debian sources. Elsewhere (Ubuntu),
+    or on a Debian without them: a deb822 file made from $XCFORGE_DEBIAN_MIRROR.
+    """
+    release = os_release()
+    if release.get("ID", "debian") == "debian":
+        for path in HOST_SOURCES:
+            if path.is_file() and path.read_text().strip():
+                return path
+    mirror = os.environ.get(MIRROR_ENV, "").strip()
+    if mirror:
+        return mirror_sources(mirror)
+    if release.get("ID", "debian") == "debian":
+        raise EnvironmentProblem(
+            "no Debian apt sources on this machine (/etc/apt/sources.list.d/debian.sources); "
+            f"stand-in rootfs builds need a Debian mirror (or set {MIRROR_ENV} to a Debian archive URL)"
+        )
+    name = release.get("PRETTY_NAME") or release.get("ID", "this OS")
     raise EnvironmentProblem(
-        "no Debian apt sources on this machine (/etc/apt/sources.list.d/debian.sources); "
-        "stand-in rootfs builds need a Debian mirror"
+        f"this machine runs {name}, not Debian, so its apt sources cannot build the Debian {SUITE} rootfs of "
+        f"a stand-in: set {MIRROR_ENV} to a Debian archive URL (http://<debian mirror>/debian; CI's workflow "
+        "sets it)"
     )
+
+
+_generated_sources: dict[str, Path] = {}
+
+
+def mirror_sources(mirror: str) -> Path:
+    """A deb822 `debian.sources` for SUITE (and its updates) on this mirror, signed by Debian's keyring.
+
+    Written once per process into a temporary directory; mmdebstrap copies it into the rootfs as
+    /etc/apt/sources.list.d/0000debian.sources, the same name a Debian host's sources get.
+    """
+    if not _MIRROR_URL.fullmatch(mirror):
+        raise ConfigError(f"{MIRROR_ENV}={mirror!r} is not an http:// or https:// URL of a Debian archive")
+    if not DEBIAN_KEYRING.is_file():
+        raise EnvironmentProblem(
+            f"{DEBIAN_KEYRING} is missing: install debian-archive-keyring (scripts/provision.sh does)"
+        )
+    if mirror not in _generated_sources:
+        directory = Path(tempfile.mkdtemp(prefix="xcforge-sources-"))
+        atexit.register(shutil.rmtree, directory, True)
+        path = directory / "debian.sources"
+        path.write_text(
+            f"# Made by xcforge.standin from {MIRROR_ENV} (no Debian sources on the build machine).\n"
+            "Types: deb\n"
+            f"URIs: {mirror.rstrip('/')}\n"
+            f"Suites: {SUITE} {SUITE}-updates\n"
+            "Components: main\n"
+            f"Signed-By: {DEBIAN_KEYRING}\n"
+        )
+        _generated_sources[mirror] = path
+    return _generated_sources[mirror]
 
 
 def recipe(arch: str, sources: Path) -> tuple[list[str], str]:

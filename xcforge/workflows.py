@@ -101,7 +101,11 @@ VARIABLES = (
     "XCFORGE_SELF_HOSTED_LABELS",
     "XCFORGE_SITE",
     "XCFORGE_WHEELHOUSE",
+    "XCFORGE_DEBIAN_MIRROR",
 )
+# The Debian archive that scripts/provision.sh's stand-in bases (a Debian bookworm rootfs) come from on
+# GitHub's Ubuntu runners, which have no Debian apt sources to copy; a repository variable overrides it.
+DEBIAN_MIRROR_DEFAULT = "http://deb.debian.org/debian"
 
 
 @dataclass(frozen=True)
@@ -321,11 +325,12 @@ def ci_workflow(matrix: Matrix) -> dict:
         ),
         _run(
             "Provision (docker, buildx, QEMU, local registry, .venv, stand-in bases)",
-            'sudo env PIP_CACHE_DIR="$HOME/.cache/xcforge-pip" scripts/provision.sh',
+            'sudo env PIP_CACHE_DIR="$HOME/.cache/xcforge-pip" XCFORGE_DEBIAN_MIRROR="$XCFORGE_DEBIAN_MIRROR" \\\n'
+            "    scripts/provision.sh\n",
         ),
         _run(
             "Docker tests (no push to any public registry, no secrets)",
-            "sudo --preserve-env=CI,GITHUB_ACTIONS,GITHUB_STEP_SUMMARY \\\n"
+            "sudo --preserve-env=CI,GITHUB_ACTIONS,GITHUB_STEP_SUMMARY,XCFORGE_DEBIAN_MIRROR \\\n"
             "    .venv/bin/python -m pytest -ra --docker -m docker\n",
         ),
         _run(
@@ -364,6 +369,8 @@ def ci_workflow(matrix: Matrix) -> dict:
                 "needs": ["lint", "unit"],
                 "runs-on": DEFAULT_RUNNER,
                 "timeout-minutes": 90,
+                # Ubuntu has no Debian apt sources for provision.sh's stand-in rootfs to copy.
+                "env": {"XCFORGE_DEBIAN_MIRROR": f"${{{{ vars.XCFORGE_DEBIAN_MIRROR || '{DEBIAN_MIRROR_DEFAULT}' }}}}"},
                 "steps": integration_steps,
             },
         },
