@@ -63,5 +63,9 @@ def real_registry() -> str:
 def cosign_bin() -> str:
     path = shutil.which("cosign")
     if path is None:
-        pytest.fail("the cosign binary is missing; scripts/provision.sh installs it (Debian trixie's cosign)")
+        # provision.sh installs cosign on Debian, so its absence there is a broken machine; on other
+        # systems (Ubuntu runners without a cosign package) the independent check is skipped, visibly.
+        if Path("/etc/debian_version").exists() and "ID=debian" in Path("/etc/os-release").read_text():
+            pytest.fail("the cosign binary is missing; scripts/provision.sh installs it (Debian trixie's cosign)")
+        pytest.skip("no cosign binary on this system (install cosign to run the independent verification)")
     return path
