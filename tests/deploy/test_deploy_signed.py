@@ -11,7 +11,8 @@ import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT / "tests" / "signing"))
-oci_fake_registry = pytest.importorskip("oci_fake_registry", reason="tests/signing's fake registry is not there")
+from tests.registry_process import RegistryProcess  # noqa: E402
+
 signing_helpers = pytest.importorskip("signing_helpers", reason="tests/signing's helpers are not there")
 
 from xcforge.cli import main  # noqa: E402
@@ -28,7 +29,7 @@ def signed(tmp_path, monkeypatch):
         monkeypatch.delenv(name, raising=False)
     assert main(["keygen", "--sm2", "--no-password", "--out", str(tmp_path / "good")]) == 0
     assert main(["keygen", "--sm2", "--no-password", "--out", str(tmp_path / "other")]) == 0
-    with oci_fake_registry.FakeRegistry() as registry:
+    with RegistryProcess() as registry:
         image = signing_helpers.push_synthetic_image(RegistryClient(registry.address), "xcforge/vllm-cpu", index=True)
         assert main(["sign", image.ref, "--sm2-key", str(tmp_path / "good" / "sm2.key")]) == 0
         yield image.ref, tmp_path / "good" / "sm2.pub", tmp_path / "other" / "sm2.pub"

@@ -12,6 +12,7 @@ from oci_fake_registry import FakeRegistry
 
 from signing.cosign_keys import CosignPrivateKey
 from signing.sm2_keys import Sm2PrivateKey
+from tests.registry_process import RegistryProcess
 from xcforge.oci import RegistryClient
 
 DATA = Path(__file__).parent / "data"
@@ -38,9 +39,18 @@ def other_cosign_key() -> CosignPrivateKey:
 
 
 @pytest.fixture
-def fake_registry() -> Iterator[FakeRegistry]:
-    with FakeRegistry() as registry:
-        yield registry
+def registry() -> Iterator[RegistryProcess]:
+    """A real registry process (distribution 2.8), empty for each test."""
+    with RegistryProcess() as process:
+        yield process
+
+
+@pytest.fixture
+def fault_registry() -> Iterator[FakeRegistry]:
+    """A fault-injecting test double, only for what a real registry cannot be made to do on demand:
+    answer 5xx/429, paginate tags after 3, serve a blob whose bytes do not match its digest."""
+    with FakeRegistry() as double:
+        yield double
 
 
 # ---------------------------------------------------------------------------------- real registry

@@ -44,8 +44,8 @@ def test_keygen_needs_a_password_source(tmp_path, monkeypatch, capsys):
     assert main(["keygen", "--out", str(tmp_path / "k3")]) == 2
 
 
-def test_sign_verify_promote_audit_round_trip(keys, fake_registry, capsys, tmp_path):
-    client = RegistryClient(fake_registry.address)
+def test_sign_verify_promote_audit_round_trip(keys, registry, capsys, tmp_path):
+    client = RegistryClient(registry.address)
     img = push_synthetic_image(client, "team/vllm", index=True)
     sm2 = ["--sm2-key", str(keys / "sm2.key")]
     cosign = ["--cosign-key", str(keys / "cosign.key")]
@@ -58,7 +58,7 @@ def test_sign_verify_promote_audit_round_trip(keys, fake_registry, capsys, tmp_p
     out = capsys.readouterr().out.splitlines()
     assert [line.split()[0] for line in out] == ["VALID", "VALID", "OK:"]
 
-    dst = f"{fake_registry.address}/prod/vllm"
+    dst = f"{registry.address}/prod/vllm"
     assert main(["promote", img.ref, dst]) == 0
     assert "--allow-identity" in capsys.readouterr().out
     assert main(["verify", f"{dst}@{img.digest}", *trusted]) == 8  # identity: not re-signed
@@ -76,8 +76,8 @@ def test_sign_verify_promote_audit_round_trip(keys, fake_registry, capsys, tmp_p
     assert main(["audit", "verify", str(log)]) == 8
 
 
-def test_sign_refuses_tags_and_needs_keys(keys, fake_registry, capsys):
-    client = RegistryClient(fake_registry.address)
+def test_sign_refuses_tags_and_needs_keys(keys, registry, capsys):
+    client = RegistryClient(registry.address)
     img = push_synthetic_image(client, "team/vllm")
     assert main(["sign", f"{img.name}:v1", "--sm2-key", str(keys / "sm2.key")]) == 2
     assert "takes a digest, not a tag" in capsys.readouterr().err
@@ -87,8 +87,8 @@ def test_sign_refuses_tags_and_needs_keys(keys, fake_registry, capsys):
     assert "MISSING" in capsys.readouterr().out
 
 
-def test_keys_from_environment_and_wrong_password(keys, fake_registry, monkeypatch, capsys):
-    client = RegistryClient(fake_registry.address)
+def test_keys_from_environment_and_wrong_password(keys, registry, monkeypatch, capsys):
+    client = RegistryClient(registry.address)
     img = push_synthetic_image(client, "team/env")
     monkeypatch.setenv("XCFORGE_SM2_KEY", (keys / "sm2.key").read_text())
     assert main(["sign", img.ref]) == 0
@@ -99,10 +99,10 @@ def test_keys_from_environment_and_wrong_password(keys, fake_registry, monkeypat
     assert "wrong password" in err and "Traceback" not in err
 
 
-def test_verify_target_reads_the_build_report(keys, fake_registry, tmp_path, capsys):
+def test_verify_target_reads_the_build_report(keys, registry, tmp_path, capsys):
     from xcforge.report import BuildResult, write_reports
 
-    client = RegistryClient(fake_registry.address)
+    client = RegistryClient(registry.address)
     img = push_synthetic_image(client, "xcforge/vllm-cpu", index=True)
     result = BuildResult(
         target="cpu", status="built", platforms=[], image_repo=img.name, digest=img.digest, output="registry"

@@ -74,8 +74,8 @@ def test_bundle_manifest_and_referrers_index_follow_the_bundle_spec():
     assert len(json.loads(referrers_index(index, other))["manifests"]) == 2
 
 
-def test_bundles_are_stored_under_the_referrers_tag(fake_registry):
-    client = RegistryClient(fake_registry.address)
+def test_bundles_are_stored_under_the_referrers_tag(registry):
+    client = RegistryClient(registry.address)
     img = push_synthetic_image(client, "team/keyless", index=True)
     ref = Reference.parse(img.name)
     subject = client.get_manifest(img.repository, img.digest).descriptor()
@@ -85,39 +85,39 @@ def test_bundles_are_stored_under_the_referrers_tag(fake_registry):
     assert sorted(read_bundles(client, ref, img.digest)) == [b'{"one":1}', b'{"two":2}']
 
 
-def test_signing_without_a_token_fails_cleanly(fake_registry, monkeypatch):
+def test_signing_without_a_token_fails_cleanly(registry, monkeypatch):
     monkeypatch.delenv("GITHUB_ACTIONS", raising=False)
     monkeypatch.delenv("ACTIONS_ID_TOKEN_REQUEST_URL", raising=False)
-    client = RegistryClient(fake_registry.address)
+    client = RegistryClient(registry.address)
     img = push_synthetic_image(client, "team/keyless")
     with pytest.raises(SigningError, match="id-token: write"):
         sign_keyless(img.name, img.digest, client=client)
 
 
-def test_live_keyless_signing_with_ci_oidc_token(real_or_fake_registry_for_keyless):
+def test_live_keyless_signing_with_ci_oidc_token(real_or_registry_for_keyless):
     token = detect_identity_token()
     if not token:
         pytest.skip(
             "no OIDC identity token (keyless needs GitHub Actions with `permissions: id-token: write` and network "
             "access to Fulcio/Rekor); statement/manifest construction is covered above"
         )
-    client, img = real_or_fake_registry_for_keyless
+    client, img = real_or_registry_for_keyless
     record = sign_keyless(img.name, img.digest, identity_token=token, client=client)
     assert read_bundles(client, Reference.parse(img.name), img.digest)
     assert record.identity
 
 
 @pytest.fixture
-def real_or_fake_registry_for_keyless(fake_registry):
-    client = RegistryClient(fake_registry.address)
+def real_or_registry_for_keyless(registry):
+    client = RegistryClient(registry.address)
     return client, push_synthetic_image(client, "team/keyless-live")
 
 
-def test_verify_image_checks_keyless_bundles_offline(fake_registry, sm2_key):
+def test_verify_image_checks_keyless_bundles_offline(registry, sm2_key):
     from signing.sign import sign_digest
     from signing.verify import verify_image
 
-    client = RegistryClient(fake_registry.address)
+    client = RegistryClient(registry.address)
     img = push_synthetic_image(client, "team/keyless-verify")
     workflow = "https://github.com/org/xcforge/.github/workflows/build.yml@refs/heads/main"
     report = verify_image(img.ref, keyless_identity=workflow, client=client)

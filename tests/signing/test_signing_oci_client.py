@@ -60,8 +60,8 @@ def test_loopback_registries_use_http():
     assert RegistryClient("registry.example", insecure=True).scheme == "http"
 
 
-def test_push_pull_resolve_tags_and_delete(fake_registry):
-    client = RegistryClient(fake_registry.address)
+def test_push_pull_resolve_tags_and_delete(registry):
+    client = RegistryClient(registry.address)
     image = push_synthetic_image(client, "team/app", index=True)
     manifest = client.get_manifest("team/app", image.digest)
     assert manifest.media_type == OCI_INDEX and manifest.is_index and manifest.digest == image.digest
@@ -77,13 +77,13 @@ def test_push_pull_resolve_tags_and_delete(fake_registry):
         client.get_manifest("team/app", image.digest)
 
 
-def test_tag_listing_follows_link_pagination(fake_registry):
-    client = RegistryClient(fake_registry.address)
+def test_tag_listing_follows_link_pagination(fault_registry):
+    client = RegistryClient(fault_registry.address)
     image = push_synthetic_image(client, "many/tags")
     data = client.get_manifest("many/tags", image.digest)
     for i in range(7):
         client.put_manifest("many/tags", f"t{i}", data.data, data.media_type)
-    fake_registry.tag_page_size = 3
+    fault_registry.tag_page_size = 3
     assert client.list_tags("many/tags") == sorted(["v1", *[f"t{i}" for i in range(7)]])
 
 
@@ -114,12 +114,12 @@ def test_basic_auth_and_credentials_from_env_and_docker_config(tmp_path, monkeyp
             RegistryClient(registry.address).list_tags("a/b")
 
 
-def test_retries_on_5xx_and_429_then_gives_up_with_the_registry_message(fake_registry):
-    client = RegistryClient(fake_registry.address, retries=3, backoff=0.01)
+def test_retries_on_5xx_and_429_then_gives_up_with_the_registry_message(fault_registry):
+    client = RegistryClient(fault_registry.address, retries=3, backoff=0.01)
     push_synthetic_image(client, "flaky/app")
-    fake_registry.fail_next = [503, 429, 502]
+    fault_registry.fail_next = [503, 429, 502]
     assert client.list_tags("flaky/app") == ["v1"]
-    fake_registry.fail_next = [500] * 10
+    fault_registry.fail_next = [500] * 10
     with pytest.raises(RegistryError, match=r"failed after 4 attempts: HTTP 500: UNAVAILABLE: injected"):
         client.list_tags("flaky/app")
 
@@ -130,21 +130,21 @@ def test_connection_refused_is_a_registry_error_with_a_hint():
         client.list_tags("x")
 
 
-def test_content_is_checked_against_digests(fake_registry):
-    client = RegistryClient(fake_registry.address)
+def test_content_is_checked_against_digests(fault_registry):
+    client = RegistryClient(fault_registry.address)
     digest = client.push_blob("a/b", b"real content")
-    fake_registry.blobs[digest] = b"swapped content"
+    fault_registry.blobs[digest] = b"swapped content"
     with pytest.raises(RegistryError, match="does not match its digest"):
         client.get_blob("a/b", digest)
     with pytest.raises(RegistryError, match="digest"):
         client.put_manifest("a/b", sha256_digest(b"other"), b"{}", OCI_INDEX)
 
 
-def test_copy_blob_mounts_within_a_registry_and_streams_across(fake_registry):
-    source = RegistryClient(fake_registry.address)
+def test_copy_blob_mounts_within_a_registry_and_streams_across(fault_registry):
+    source = RegistryClient(fault_registry.address)
     digest = source.push_blob("src/app", b"x" * 100_000)
     copy_blob(source, "src/app", source, "dst/app", digest)
-    assert ("POST", "/v2/dst/app/blobs/uploads/") in fake_registry.requests
+    assert ("POST", "/v2/dst/app/blobs/uploads/") in fault_registry.requests
     assert source.get_blob("dst/app", digest) == b"x" * 100_000
     with FakeRegistry() as other:
         target = RegistryClient(other.address)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from oci_fake_registry import FakeRegistry
 from signing_helpers import push_synthetic_image
 
 from signing.keyless import attach_bundle
@@ -11,13 +10,14 @@ from signing.promote import promote
 from signing.sign import sign_digest
 from signing.store import signature_tag
 from signing.verify import verify_image
+from tests.registry_process import RegistryProcess
 from xcforge.errors import ConfigError
 from xcforge.oci import Reference, RegistryClient
 
 
 @pytest.fixture
-def signed_index(fake_registry, sm2_key, cosign_key):
-    client = RegistryClient(fake_registry.address)
+def signed_index(registry, sm2_key, cosign_key):
+    client = RegistryClient(registry.address)
     img = push_synthetic_image(client, "staging/vllm", index=True)
     sign_digest(img.name, img.digest, sm2_key=sm2_key, cosign_key=cosign_key, client=client)
     sign_digest(img.name, img.children[0], sm2_key=sm2_key, client=client)  # a per-platform signature too
@@ -60,7 +60,7 @@ def test_promote_within_a_registry_copies_everything_and_keeps_the_digest(signed
 
 def test_promote_across_registries_and_merge_existing_signatures(signed_index, other_sm2_key, sm2_key):
     client, img = signed_index
-    with FakeRegistry() as other:
+    with RegistryProcess() as other:
         target = RegistryClient(other.address)
         dst = f"{other.address}/mirror/vllm"
         # The destination already holds a signature of its own for this digest (signed earlier there).

@@ -22,8 +22,8 @@ from xcforge.oci import OCI_MANIFEST, RegistryClient
 
 
 @pytest.fixture
-def image(fake_registry):
-    client = RegistryClient(fake_registry.address)
+def image(registry):
+    client = RegistryClient(registry.address)
     return client, push_synthetic_image(client, "team/vllm-cpu", index=True)
 
 
@@ -98,8 +98,8 @@ def test_signature_by_another_key_is_rejected(image, sm2_key, other_sm2_key, cos
     assert "no trusted key verifies" in reasons["cosign"]
 
 
-def test_payload_for_another_digest_is_rejected(fake_registry, sm2_key, cosign_key):
-    client = RegistryClient(fake_registry.address)
+def test_payload_for_another_digest_is_rejected(registry, sm2_key, cosign_key):
+    client = RegistryClient(registry.address)
     first = push_synthetic_image(client, "team/app")
     second = push_synthetic_image(client, "team/app", tag="v2")
     sign_digest(first.name, first.digest, sm2_key=sm2_key, cosign_key=cosign_key, client=client)
@@ -112,8 +112,8 @@ def test_payload_for_another_digest_is_rejected(fake_registry, sm2_key, cosign_k
     assert all("payload is for another image" in c.reason for c in report.checks)
 
 
-def test_identity_rule_rejects_copies_unless_allowed(fake_registry, sm2_key):
-    client = RegistryClient(fake_registry.address)
+def test_identity_rule_rejects_copies_unless_allowed(registry, sm2_key):
+    client = RegistryClient(registry.address)
     img = push_synthetic_image(client, "staging/app")
     sign_digest(img.name, img.digest, sm2_key=sm2_key, client=client)
     # A copy under another name with the same digest and the signatures (no re-signing).
@@ -126,7 +126,7 @@ def test_identity_rule_rejects_copies_unless_allowed(fake_registry, sm2_key):
     for blob in [sig.json()["config"], *sig.json()["layers"]]:
         client.push_blob("prod/app", client.get_blob("staging/app", blob["digest"]))
     client.put_manifest("prod/app", signature_tag(img.digest, "sm2"), sig.data, OCI_MANIFEST)
-    copied = f"{fake_registry.address}/prod/app@{img.digest}"
+    copied = f"{registry.address}/prod/app@{img.digest}"
     strict = verify_image(copied, [sm2_key.public_key], client=client)
     assert not strict.ok and "names repository" in strict.checks[0].reason
     assert verify_image(copied, [sm2_key.public_key], client=client, allowed_identities=[img.name]).ok
@@ -180,12 +180,12 @@ def test_truncated_or_garbage_signatures_are_invalid_not_errors(image, sm2_key, 
     assert len(report.checks) == 2 and not any(c.valid for c in report.checks)
 
 
-def test_missing_tags_missing_image_and_foreign_layers(image, sm2_key, cosign_key, fake_registry):
+def test_missing_tags_missing_image_and_foreign_layers(image, sm2_key, cosign_key, registry):
     client, img = image
     report = verify_image(img.ref, [sm2_key.public_key], [cosign_key.public_key], client=client)
     assert not report.ok and {c.found for c in report.checks} == {False}
     assert any(line.startswith("MISSING sm2") for line in report.lines())
-    absent = f"{fake_registry.address}/team/vllm-cpu@sha256:" + "0" * 64
+    absent = f"{registry.address}/team/vllm-cpu@sha256:" + "0" * 64
     report = verify_image(absent, [sm2_key.public_key], client=client)
     assert not report.ok and "not found" in report.problems[0]
     # A layer of another media type inside .sm2 is reported, and does not hide the valid one.

@@ -1,0 +1,77 @@
+"""A real OCI registry (distribution, Debian's `docker-registry`) as a process on a free loopback port.
+
+Tests that need a registry but not the docker engine use this instead of a fake: it starts in a
+fraction of a second with its own temporary storage, so every test sees an empty registry.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+BINARY_CANDIDATES = ("docker-registry", "registry")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class RegistryProcess:
+    def __init__(self) -> None:
+        binary = next((shutil.which(b) for b in BINARY_CANDIDATES if shutil.which(b)), None)
+        if binary is None:
+            pytest.skip("no registry binary (Debian's docker-registry); run scripts/provision.sh")
+        self.binary = binary
+        self.port = _free_port()
+        self._tmp = tempfile.TemporaryDirectory(prefix="xcforge-registry-")
+        self._proc: subprocess.Popen | None = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> RegistryProcess:
+        root = Path(self._tmp.name)
+        config = root / "config.yml"
+        config.write_text(
+            "version: 0.1\n"
+            "log: {level: error}\n"
+            f"storage: {{filesystem: {{rootdirectory: {root / 'data'}}}, delete: {{enabled: true}}}}\n"
+            f"http: {{addr: '127.0.0.1:{self.port}'}}\n"
+        )
+        self._proc = subprocess.Popen(
+            [self.binary, "serve", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        )
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            try:
+                if requests.get(f"http://{self.address}/v2/", timeout=1).status_code == 200:
+                    return self
+            except requests.RequestException:
+                time.sleep(0.05)
+        self.stop()
+        raise RuntimeError(f"registry on {self.address} did not start")
+
+    def stop(self) -> None:
+        if self._proc and self._proc.poll() is None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+
+    def __enter__(self) -> RegistryProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+        self._tmp.cleanup()
