@@ -26,7 +26,8 @@ def _free_port() -> int:
 
 
 class RegistryProcess:
-    def __init__(self) -> None:
+    def __init__(self, *, access_log: bool = False) -> None:
+        self.access_log = access_log
         binary = next((shutil.which(b) for b in BINARY_CANDIDATES if shutil.which(b)), None)
         if binary is None:
             pytest.skip("no registry binary (Debian's docker-registry); run scripts/provision.sh")
@@ -44,12 +45,16 @@ class RegistryProcess:
         config = root / "config.yml"
         config.write_text(
             "version: 0.1\n"
-            "log: {level: error}\n"
+            f"log: {{level: error, accesslog: {{disabled: {'false' if self.access_log else 'true'}}}}}\n"
             f"storage: {{filesystem: {{rootdirectory: {root / 'data'}}}, delete: {{enabled: true}}}}\n"
             f"http: {{addr: '127.0.0.1:{self.port}'}}\n"
         )
         self._proc = subprocess.Popen(
-            [self.binary, "serve", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+            [self.binary, "serve", str(config)],
+            # The access log (one line per request) goes to stdout.
+            stdout=subprocess.PIPE if self.access_log else subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            text=True,
         )
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline:
@@ -60,6 +65,17 @@ class RegistryProcess:
                 time.sleep(0.05)
         self.stop()
         raise RuntimeError(f"registry on {self.address} did not start")
+
+    @property
+    def process(self) -> subprocess.Popen:
+        assert self._proc is not None
+        return self._proc
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash or a pulled cable would: no graceful shutdown."""
+        if self._proc and self._proc.poll() is None:
+            self._proc.kill()
+            self._proc.wait(timeout=10)
 
     def stop(self) -> None:
         if self._proc and self._proc.poll() is None:
