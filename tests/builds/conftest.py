@@ -83,3 +83,25 @@ def project(tmp_path: Path) -> Path:
         REPO / "images", root / "images", ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__")
     )
     return root
+
+
+@pytest.fixture(autouse=True)
+def no_container_left_behind(request):
+    """Every container a test starts (smoke and serve checks name theirs xcforge-*) must be gone when
+    it ends, pass or fail. Checked through the docker SDK, independently of the code under test."""
+    if "docker" not in request.keywords:
+        yield
+        return
+    import docker
+
+    client = docker.from_env()
+
+    def ours() -> set[str]:
+        return {c.name for c in client.containers.list(all=True) if c.name.startswith("xcforge-")}
+
+    before = ours()
+    yield
+    leaked = ours() - before
+    for name in leaked:  # clean up so one leak does not cascade into other tests
+        client.containers.get(name).remove(force=True)
+    assert not leaked, f"containers left behind: {sorted(leaked)}"
