@@ -68,9 +68,12 @@ def _size(n: int | None) -> str:
 
 
 def _base_cell(result: BuildResult) -> str:
-    if result.base_kind == "stand-in":
-        return "stand-in" + (" (engine skipped)" if result.engine_install != "full" else "")
-    return result.base_kind
+    skipped = ""
+    if result.engine_install == "skip":
+        skipped = " (engine skipped)"
+    elif result.engine_install.startswith("skip-"):
+        skipped = f" (engine skipped on {result.engine_install.removeprefix('skip-')})"
+    return result.base_kind + skipped
 
 
 def markdown(results: list[BuildResult]) -> str:

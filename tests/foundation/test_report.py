@@ -1,0 +1,55 @@
+"""The build report: what a person reads (Markdown) and a machine reads (JSON) say the same thing."""
+
+from __future__ import annotations
+
+import json
+
+from xcforge.report import BuildResult, PlatformResult, load_results, markdown, merge_into_report, write_reports
+
+
+def _result(target: str, **kw) -> BuildResult:
+    return BuildResult(
+        target=target,
+        status=kw.pop("status", "built"),
+        platforms=[PlatformResult("linux/amd64", "sha256:" + "a" * 64, 3 * 2**20)],
+        image_repo=f"r/vllm-{target}",
+        digest="sha256:" + "b" * 64,
+        **kw,
+    )
+
+
+def test_markdown_says_stand_in_and_which_platform_skipped_the_engine():
+    text = markdown(
+        [
+            _result("ascend", base_kind="stand-in", engine_install="skip"),
+            _result("cpu", base_kind="stand-in", engine_install="skip-arm64"),
+            _result("cuda", base_kind="real"),
+        ]
+    )
+    assert "| ascend | built |" in text and "stand-in (engine skipped) |" in text
+    assert "stand-in (engine skipped on arm64)" in text
+    assert "| real |" in text
+    assert "amd64: 3.0 MiB" in text
+
+
+def test_failures_and_notes_are_listed(tmp_path):
+    failed = _result("mlu", status="failed", error="mlu: build failed: E: Unable to locate package x", error_code=5)
+    failed.notes.append("built on a stand-in")
+    text = markdown([failed])
+    assert "### Failures" in text and "Unable to locate package x" in text
+    assert "### Notes" in text
+
+
+def test_json_round_trip_and_merge_keeps_other_targets(tmp_path, monkeypatch):
+    summary = tmp_path / "summary.md"
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    write_reports([_result("cpu"), _result("cuda")], tmp_path)
+    assert "xcforge build report" in summary.read_text()
+    merged = merge_into_report([_result("cpu", status="skipped")], tmp_path)
+    assert {r.target: r.status for r in merged} == {"cpu": "skipped", "cuda": "built"}
+    write_reports(merged, tmp_path)
+    data = json.loads((tmp_path / "report.json").read_text())
+    assert data["schema"] == 1 and len(data["results"]) == 2
+    again = load_results(tmp_path)
+    assert again[0].platforms[0].compressed_bytes == 3 * 2**20
