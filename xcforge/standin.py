@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from xcforge.errors import ConfigError, EnvironmentProblem, RegistryError, XcforgeError
+from xcforge.oci import DOCKER_HUB, Reference
 from xcforge.shell import DOCKER, run
 
 DEFAULT_REGISTRY = "127.0.0.1:5000"
@@ -76,14 +77,6 @@ _MANIFEST_TYPES = (
     "application/vnd.docker.distribution.manifest.v2+json",
 )
 
-# The grammar of github.com/distribution/reference.
-_PATH_COMPONENT = re.compile(r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*")
-_DOMAIN = re.compile(
-    r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*(?::[0-9]+)?"
-)
-_TAG = re.compile(r"[\w][\w.-]{0,127}")
-_DIGEST = re.compile(r"[a-z0-9]+(?:[.+_-][a-z0-9]+)*:[0-9a-fA-F]{32,}")
-
 
 @dataclass(frozen=True)
 class ImageRef:
@@ -104,41 +97,12 @@ class ImageRef:
 
 
 def parse_ref(ref: str) -> ImageRef:
-    """Parse and normalise like Docker: no host means docker.io, a one-part docker.io name gets library/,
-    and a reference with neither tag nor digest gets :latest."""
-    text = ref.strip()
-    if not text:
-        raise ConfigError("empty image reference")
-    name, _, digest = text.partition("@")
-    if digest and not _DIGEST.fullmatch(digest):
-        raise ConfigError(f"image reference {ref!r}: {digest!r} is not a digest (algorithm:hex)")
-    tag = None
-    slash = name.rfind("/")
-    colon = name.rfind(":")
-    if colon > slash:
-        name, tag = name[:colon], name[colon + 1 :]
-        if not _TAG.fullmatch(tag):
-            raise ConfigError(f"image reference {ref!r}: {tag!r} is not a valid tag")
-    first, sep, rest = name.partition("/")
-    if sep and ("." in first or ":" in first or first == "localhost" or first.lower() != first):
-        domain, path = first, rest
-    else:
-        domain, path = "docker.io", name
-    if not _DOMAIN.fullmatch(domain):
-        raise ConfigError(f"image reference {ref!r}: {domain!r} is not a registry host")
-    if domain == "index.docker.io":
-        domain = "docker.io"
-    if domain == "docker.io" and "/" not in path:
-        path = f"library/{path}"
-    for component in path.split("/"):
-        if not _PATH_COMPONENT.fullmatch(component):
-            raise ConfigError(
-                f"image reference {ref!r}: repository part {component!r} is invalid "
-                "(lowercase letters, digits and . _ - separators only)"
-            )
-    if tag is None and not digest:
-        tag = "latest"
-    return ImageRef(domain=domain, path=path, tag=tag, digest=digest or None)
+    """Parse and normalise like Docker (through xcforge.oci's parser): no host means docker.io, a
+    one-part docker.io name gets library/, and a reference with neither tag nor digest gets :latest."""
+    parsed = Reference.parse(ref)
+    domain = "docker.io" if parsed.registry == DOCKER_HUB else parsed.registry
+    tag = parsed.tag if (parsed.tag or parsed.digest) else "latest"
+    return ImageRef(domain=domain, path=parsed.repository, tag=tag, digest=parsed.digest)
 
 
 def normalize_ref(ref: str) -> str:
