@@ -25,15 +25,21 @@ def layer_annotations(signature: bytes) -> dict[str, str]:
     return {SIGNATURE_ANNOTATION: base64.b64encode(signature).decode("ascii")}
 
 
-def signature_from(annotations: Mapping[str, str]) -> bytes | None:
-    """DER signature bytes from a layer's annotations, or None when absent or not base64."""
-    value = annotations.get(SIGNATURE_ANNOTATION)
+def base64_annotation(annotations: Mapping[str, str], key: str) -> bytes | None:
+    """The bytes of a base64 annotation, or None when absent or not valid base64 (never an error:
+    a malformed signature layer is an invalid signature, not a crash)."""
+    value = annotations.get(key)
     if not isinstance(value, str) or not value:
         return None
     try:
         return base64.b64decode(value, validate=True)
     except (binascii.Error, ValueError):
         return None
+
+
+def signature_from(annotations: Mapping[str, str]) -> bytes | None:
+    """DER signature bytes from a layer's annotations, or None when absent or not base64."""
+    return base64_annotation(annotations, SIGNATURE_ANNOTATION)
 
 
 def key_id_from(annotations: Mapping[str, str]) -> str | None:

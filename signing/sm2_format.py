@@ -19,9 +19,10 @@ jq and openssl.
 from __future__ import annotations
 
 import base64
-import binascii
 import re
 from collections.abc import Mapping
+
+from signing.cosign_format import base64_annotation
 
 SCHEME = "sm2"
 TAG_SUFFIX = ".sm2"
@@ -46,13 +47,7 @@ def layer_annotations(signature: bytes, *, key_id: str, dist_id: bytes) -> dict[
 
 
 def signature_from(annotations: Mapping[str, str]) -> bytes | None:
-    value = annotations.get(SIGNATURE_ANNOTATION)
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        return base64.b64decode(value, validate=True)
-    except (binascii.Error, ValueError):
-        return None
+    return base64_annotation(annotations, SIGNATURE_ANNOTATION)
 
 
 def key_id_from(annotations: Mapping[str, str]) -> str | None:
