@@ -8,7 +8,7 @@ import subprocess
 from dataclasses import dataclass
 
 from xcforge.errors import EnvironmentProblem
-from xcforge.shell import DOCKER
+from xcforge.shell import DOCKER, echo
 
 MIN_BUILDX = (0, 11)
 REMEDY = "run `sudo scripts/provision.sh` (installs and starts Docker with buildx and the containerd image store)"
@@ -23,6 +23,7 @@ class DockerEnvironment:
 
 
 def _capture(argv: list[str]) -> subprocess.CompletedProcess:
+    echo(argv)
     try:
         return subprocess.run(argv, capture_output=True, text=True, timeout=60)
     except FileNotFoundError:

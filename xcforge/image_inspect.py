@@ -20,7 +20,7 @@ INDEX_TYPES = {
 }
 
 
-def _imagetools(args: list[str], *, quiet: bool = True) -> str:
+def _imagetools(args: list[str], *, quiet: bool = False) -> str:
     proc = run([DOCKER, "buildx", "imagetools", "inspect", *args], capture=True, check=False, quiet=quiet)
     if proc.returncode != 0:
         message = (proc.stderr.decode(errors="replace").strip().splitlines() or ["no output"])[-1]

@@ -274,6 +274,7 @@ def served(subject: SmokeSubject, model_dir: Path, *, extra_env: dict[str, str] 
 
 
 def container_state(name: str) -> dict:
+    # Polled every few seconds while waiting, so not echoed: `docker inspect --format '{{json .State}}' NAME`.
     proc = subprocess.run([DOCKER, "inspect", "--format", "{{json .State}}", name], capture_output=True, text=True)
     return json.loads(proc.stdout) if proc.returncode == 0 and proc.stdout.strip() else {}
 
