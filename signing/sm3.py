@@ -1,12 +1,14 @@
-"""SM3 (GB/T 32905-2016) through gmssl, the one hash every SM2 signature and the audit chain use.
+"""SM3 (GB/T 32905-2016), the hash every SM2 signature (Z and e, GB/T 32918.2 §6.1) and the audit
+chain use.
 
-gmssl's `sm3_hash` takes a *list of ints* and appends its padding to that list in place, so it is
-always handed a fresh list here; it returns lowercase hex.
+Computed with `cryptography` (OpenSSL's C implementation): gmssl's pure-Python SM3 gives the same
+digests ~860x slower (bench/bench_signing.py), which dominated SM2 signing and audit-log checks.
+tests/signing checks both against the standard's vectors and against each other.
 """
 
 from __future__ import annotations
 
-from gmssl import sm3 as _gmssl_sm3
+from cryptography.hazmat.primitives import hashes
 
 DIGEST_SIZE = 32
 
@@ -15,7 +17,9 @@ def sm3(data: bytes) -> bytes:
     """SM3 digest (32 bytes) of `data`."""
     if not isinstance(data, bytes | bytearray | memoryview):
         raise TypeError(f"sm3() takes bytes, not {type(data).__name__}")
-    return bytes.fromhex(_gmssl_sm3.sm3_hash(list(bytes(data))))
+    digest = hashes.Hash(hashes.SM3())
+    digest.update(bytes(data))
+    return digest.finalize()
 
 
 def sm3_hex(data: bytes) -> str:
