@@ -26,6 +26,8 @@ RESULTS = REPO / "bench" / "results"
 if str(REPO) not in sys.path:  # `python bench/x.py` puts bench/ first on the path, not the checkout
     sys.path.insert(0, str(REPO))
 
+from xcforge.report import format_bytes as fmt_bytes  # noqa: E402, F401  (re-exported; after sys.path)
+
 BUSY_PATTERN = "pytest|buildx build"
 REGISTRY = os.environ.get("XCFORGE_BENCH_REGISTRY", "127.0.0.1:5000")
 BENCH_PREFIX = f"{REGISTRY}/xcforge-bench"  # the only repositories the benchmarks write
@@ -74,16 +76,6 @@ def fmt_time(seconds: float | None) -> str:
     if seconds < 1:
         return f"{seconds * 1e3:.2f} ms" if seconds < 0.01 else f"{seconds * 1e3:.1f} ms"
     return f"{seconds:.2f} s" if seconds < 10 else f"{seconds:.1f} s"
-
-
-def fmt_bytes(n: float | None) -> str:
-    if n is None:
-        return "-"
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
 
 
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:

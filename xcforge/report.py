@@ -57,7 +57,8 @@ class BuildResult:
         return f"{self.image_repo}@{self.digest}" if self.digest else None
 
 
-def _size(n: int | None) -> str:
+def format_bytes(n: float | None) -> str:
+    """1536 → '1.5 KiB'; None → '-'."""
     if n is None:
         return "-"
     for unit in ("B", "KiB", "MiB", "GiB"):
@@ -85,7 +86,7 @@ def markdown(results: list[BuildResult]) -> str:
     ]
     for r in results:
         platforms = "<br>".join(p.platform for p in r.platforms)
-        sizes = "<br>".join(f"{p.platform.split('/')[-1]}: {_size(p.compressed_bytes)}" for p in r.platforms)
+        sizes = "<br>".join(f"{p.platform.split('/')[-1]}: {format_bytes(p.compressed_bytes)}" for p in r.platforms)
         digest = f"`{r.digest[:19]}…`" if r.digest else "-"
         lines.append(
             f"| {r.target} | {r.status} | {platforms} | {digest} | {sizes} | {r.duration_s:.0f} s | "
@@ -128,7 +129,7 @@ def print_table(results: list[BuildResult], stream=None) -> None:
             r.status if not r.error else f"[red]{r.status}[/red]",
             "\n".join(p.platform for p in r.platforms),
             (r.digest[:19] + "…") if r.digest else "-",
-            "\n".join(_size(p.compressed_bytes) for p in r.platforms),
+            "\n".join(format_bytes(p.compressed_bytes) for p in r.platforms),
             f"{r.duration_s:.0f} s",
             f"{r.cache_hits}/{r.steps}",
             _base_cell(r),
