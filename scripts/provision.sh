@@ -401,6 +401,10 @@ build_bases() {
         exit "$rc"
     fi
     say "stand-in bases" "${summary##*$'\n'} ($((SECONDS - started)) s)"
+    # Vendor bases cannot be pulled here: make the stand-in site this checkout's default, so a plain
+    # `python build.py --target cpu` works (reports say "stand-in"); --site/$XCFORGE_SITE still win.
+    (cd "$REPO_ROOT" && "$py" -m xcforge.site >/dev/null)
+    say "site default" ".xcforge/site.yaml (stand-in mirrors; --site or \$XCFORGE_SITE override it)"
 }
 
 # ---------------------------------------------------------------- --status

@@ -86,6 +86,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             if candidate.exists():
                 args.matrix = candidate
         return int(args.func(args) or 0)
+    except BrokenPipeError:
+        # `build.py --dry-run | head`: the reader went away; that is not an error of ours.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except KeyboardInterrupt:
         err = Interrupted("interrupted; partial work was cleaned up and nothing was published under final tags")
         print(f"error: {err.message}", file=sys.stderr)

@@ -83,6 +83,7 @@ class BuildPlan:
         lines = [
             f"target:        {self.target.name} ({self.target.description})",
             f"platforms:     {', '.join(self.platforms)}",
+            f"site:          {_rel(self.site.path) if self.site.path else 'none (direct access to registries)'}",
             f"base:          {self.base_original}",
         ]
         if self.base_ref != self.base_original:

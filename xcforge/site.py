@@ -17,6 +17,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from xcforge.errors import ConfigError
 from xcforge.matrix import _format_errors
+from xcforge.render import REPO_ROOT
+
+# Written by scripts/provision.sh on machines that cannot pull vendor bases (git-ignored): used when
+# neither --site nor $XCFORGE_SITE is given, so `python build.py --target cpu` works there as is.
+MACHINE_DEFAULT = REPO_ROOT / ".xcforge" / "site.yaml"
+STANDIN_SITE = REPO_ROOT / "sites" / "standin.yaml"
 
 
 class _Frozen(BaseModel):
@@ -83,9 +89,12 @@ def load_site(path: Path | str | None) -> SiteConfig:
     """Read a site file; None means $XCFORGE_SITE or an empty site (direct internet)."""
     if path is None:
         env_path = os.environ.get("XCFORGE_SITE")
-        if not env_path:
+        if env_path:
+            path = env_path
+        elif MACHINE_DEFAULT.exists():
+            path = MACHINE_DEFAULT
+        else:
             return SiteConfig()
-        path = env_path
     path = Path(path)
     try:
         raw: Any = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
@@ -114,3 +123,24 @@ def load_site(path: Path | str | None) -> SiteConfig:
             "(CI: from a secret) or remove the key"
         )
     return site.model_copy(update=updates)
+
+
+def write_machine_default(target: Path = MACHINE_DEFAULT, template: Path = STANDIN_SITE) -> Path:
+    """This machine's default site: the stand-in site, minus a wheelhouse the machine does not have
+    (then PyTorch's index from the matrix stays in force)."""
+    raw = yaml.safe_load(template.read_text(encoding="utf-8"))
+    wheelhouse = raw.get("wheelhouse")
+    if wheelhouse and not Path(wheelhouse).is_dir():
+        del raw["wheelhouse"]
+        raw.get("pip", {}).pop("extra_index_urls", None)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    header = (
+        f"# Machine default written by scripts/provision.sh from {template.relative_to(REPO_ROOT)}: vendor bases\n"
+        "# are served by local stand-ins here. Used when neither --site nor $XCFORGE_SITE is given.\n"
+    )
+    target.write_text(header + yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
+    return target
+
+
+if __name__ == "__main__":  # python -m xcforge.site: (re)write the machine default
+    print(write_machine_default())

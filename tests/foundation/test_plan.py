@@ -98,3 +98,26 @@ def test_site_errors_are_precise(tmp_path):
     site_file.write_text("pip:\n  token_env: XCFORGE_TEST_UNSET_VAR\n")
     with pytest.raises(ConfigError, match="XCFORGE_TEST_UNSET_VAR is not set"):
         load_site(site_file)
+
+
+def test_machine_default_site_is_used_without_site_flag(tmp_path, monkeypatch):
+    from xcforge import site as site_module
+
+    template = tmp_path / "standin.yaml"
+    template.write_text(
+        "mirrors: {docker.io: 127.0.0.1:5000/standin/docker.io}\n"
+        f"wheelhouse: {tmp_path / 'missing-wheels'}\n"
+        "pip: {extra_index_urls: []}\n"
+    )
+    monkeypatch.setattr(site_module, "REPO_ROOT", tmp_path)
+    default = site_module.write_machine_default(tmp_path / ".xcforge" / "site.yaml", template)
+    monkeypatch.setattr(site_module, "MACHINE_DEFAULT", default)
+    monkeypatch.delenv("XCFORGE_SITE", raising=False)
+    loaded = site_module.load_site(None)
+    assert loaded.path == default
+    assert loaded.map_image("docker.io/library/python:3.11") == "127.0.0.1:5000/standin/docker.io/library/python:3.11"
+    # A wheelhouse this machine lacks is dropped, and with it the override of the PyTorch index.
+    assert loaded.wheelhouse is None and loaded.pip.extra_index_urls is None
+    monkeypatch.setenv("XCFORGE_SITE", str(template.with_name("other.yaml")))
+    template.with_name("other.yaml").write_text("mirrors: {}\n")
+    assert load_site(None).mirrors == {}
