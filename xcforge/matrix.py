@@ -14,11 +14,11 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from xcforge.errors import ConfigError
+from xcforge.yaml_source import Lines, line_of, load_yaml
 
 Platform = Literal["linux/amd64", "linux/arm64"]
 Backend = Literal["cuda", "ascend", "mlu", "cpu"]
@@ -118,6 +118,12 @@ class Plugin(_Frozen):
     version: str
     source: Literal["pypi", "wheelhouse"]
     requires: tuple[str, ...] = ()
+
+    @field_validator("version")
+    @classmethod
+    def _pep440(cls, v: str) -> str:
+        _parse_version(v)
+        return v
 
 
 class GroupSpec(_Frozen):
@@ -314,20 +320,14 @@ def load_matrix(path: Path | str = "matrix.yaml") -> Matrix:
         raise ConfigError(f"{path}: file not found; run from the repository root or pass --matrix") from None
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read ({exc.strerror})") from None
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ConfigError(f"{path}:{where}: invalid YAML: {problem}") from None
-    return parse_matrix(raw, path)
+    raw, lines = load_yaml(text, path)
+    return parse_matrix(raw, path, lines)
 
 
 _TOP_KEYS = ("schema", "engine", "defaults", "targets")
 
 
-def parse_matrix(raw: Any, path: Path) -> Matrix:
+def parse_matrix(raw: Any, path: Path, lines: Lines | None = None) -> Matrix:
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: the top level must be a mapping with keys {', '.join(_TOP_KEYS)}")
     for key in raw:
@@ -350,7 +350,7 @@ def parse_matrix(raw: Any, path: Path) -> Matrix:
     try:
         engine = Engine.model_validate(raw["engine"])
     except ValidationError as exc:
-        raise ConfigError(_format_errors(path, exc, prefix=("engine",), model=Engine)) from None
+        raise ConfigError(_format_errors(path, exc, prefix=("engine",), model=Engine, lines=lines)) from None
 
     targets: dict[str, Target] = {}
     problems: list[str] = []
@@ -369,14 +369,40 @@ def parse_matrix(raw: Any, path: Path) -> Matrix:
             target = Target.model_validate(merged)
         except ValidationError as exc:
             problems.append(
-                _format_errors(path, exc, prefix=("targets", name), model=Target, own=body, defaults=defaults)
+                _format_errors(
+                    path, exc, prefix=("targets", name), model=Target, own=body, defaults=defaults, lines=lines
+                )
             )
             continue
         problems.extend(_check_versions(path, engine, target))
         targets[name] = target
     if problems:
-        raise ConfigError("\n".join(problems))
+        raise ConfigError("\n".join(_merge_inherited("\n".join(problems).splitlines())))
     return Matrix(path=path, engine=engine, targets=targets)
+
+
+def _merge_inherited(lines: list[str]) -> list[str]:
+    """One line for a mistake in `defaults`, however many targets inherit it."""
+    merged: dict[tuple[str, str], list[str]] = {}
+    order: list[tuple[str, str] | str] = []
+    for line in lines:
+        match = re.match(r"^(.*)\(inherited by targets\.([a-z0-9-]+)\)(.*)$", line)
+        if not match:
+            order.append(line)
+            continue
+        key = (match.group(1), match.group(3))
+        if key not in merged:
+            merged[key] = []
+            order.append(key)
+        merged[key].append(match.group(2))
+    out = []
+    for item in order:
+        if isinstance(item, str):
+            out.append(item)
+        else:
+            targets = ", ".join(f"targets.{name}" for name in merged[item])
+            out.append(f"{item[0]}(inherited by {targets}){item[1]}")
+    return out
 
 
 def _check_versions(path: Path, engine: Engine, target: Target) -> list[str]:
@@ -424,13 +450,16 @@ def _format_errors(
     model: type[BaseModel],
     own: dict | None = None,
     defaults: dict | None = None,
+    lines: Lines | None = None,
 ) -> str:
-    lines = []
+    out = []
     for err in exc.errors():
         loc = tuple(err["loc"])
         where = _where(prefix, loc, own, defaults)
-        lines.append(f"{path}: {where}: {_explain(err, model, loc)}")
-    return "\n".join(lines)
+        inherited = own is not None and defaults is not None and where.startswith("defaults.")
+        line = line_of(lines, ("defaults", *loc) if inherited else (*prefix, *loc))
+        out.append(f"{path}{f':{line}' if line else ''}: {where}: {_explain(err, model, loc)}")
+    return "\n".join(out)
 
 
 def _where(prefix: tuple, loc: tuple, own: dict | None, defaults: dict | None) -> str:
@@ -466,7 +495,8 @@ def _explain(err: dict, model: type[BaseModel], loc: tuple) -> str:
     kind = err["type"]
     value = err.get("input")
     if kind == "extra_forbidden":
-        allowed = _fields_at(model, loc[:-1])
+        # `name` is filled in from the mapping key, never written by the user.
+        allowed = [f for f in _fields_at(model, loc[:-1]) if not (model is Target and len(loc) == 1 and f == "name")]
         return f"unknown key{_suggest(str(loc[-1]), allowed)}; allowed: {', '.join(sorted(allowed))}"
     if kind == "missing":
         return "required key is missing"
@@ -478,7 +508,8 @@ def _explain(err: dict, model: type[BaseModel], loc: tuple) -> str:
         return str(err.get("ctx", {}).get("error", err["msg"]))
     if kind in {"string_type", "int_type", "bool_type", "dict_type", "tuple_type", "list_type"}:
         return f"{err['msg'].lower()}, got {type(value).__name__} {value!r}"
-    return f"{err['msg']} (got {value!r})"
+    message = err["msg"]
+    return f"{message[:1].lower()}{message[1:]} (got {value!r})"
 
 
 def _fields_at(model: type[BaseModel], loc: tuple) -> list[str]:

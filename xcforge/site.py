@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -18,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from xcforge.errors import ConfigError
 from xcforge.matrix import _format_errors
 from xcforge.render import REPO_ROOT
+from xcforge.yaml_source import load_yaml
 
 # Written by scripts/provision.sh on machines that cannot pull vendor bases (git-ignored): used when
 # neither --site nor $XCFORGE_SITE is given, so `python build.py --target cpu` works there as is.
@@ -97,17 +97,17 @@ def load_site(path: Path | str | None) -> SiteConfig:
             return SiteConfig()
     path = Path(path)
     try:
-        raw: Any = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError(f"{path}: site config not found; check --site or $XCFORGE_SITE") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: invalid YAML: {str(exc).splitlines()[0]}") from None
+    raw, lines = load_yaml(text, path)
+    raw = raw or {}
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: the site config must be a mapping")
     try:
         site = SiteConfig.model_validate({**raw, "path": path})
     except ValidationError as exc:
-        raise ConfigError(_format_errors(path, exc, prefix=(), model=SiteConfig)) from None
+        raise ConfigError(_format_errors(path, exc, prefix=(), model=SiteConfig, lines=lines)) from None
     base = path.parent
     updates: dict[str, Path] = {}
     for key in ("ca_bundle", "wheelhouse"):

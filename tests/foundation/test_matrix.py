@@ -88,7 +88,8 @@ def test_error_in_defaults_is_reported_where_it_was_written():
     raw = _raw()
     raw["defaults"]["runtime"]["port"] = 99999
     message = _error(raw)
-    assert "defaults.runtime.port (inherited by targets.cuda)" in message
+    assert "defaults.runtime.port (inherited by targets.cuda, targets.ascend, targets.mlu, targets.cpu)" in message
+    assert message.count("defaults.runtime.port") == 1  # one line, not one per target
 
 
 def test_plugin_version_checked_against_engine():
@@ -172,3 +173,27 @@ def test_cli_reports_one_line_errors_without_traceback(tmp_path):
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
     assert proc.stderr.startswith("error: ") and "targets.ascend.platforms[0]" in proc.stderr
+
+
+def test_errors_carry_line_numbers_and_duplicate_keys_are_refused(tmp_path):
+    text = MATRIX.read_text()
+    bad = tmp_path / "matrix.yaml"
+    bad.write_text(
+        text.replace(
+            "    platforms: [linux/arm64, linux/amd64]\n    base:\n      image: docker.io",
+            "    platforms: [linux/arm, linux/amd64]\n    base:\n      image: docker.io",
+        )
+    )
+    with pytest.raises(ConfigError) as info:
+        load_matrix(bad)
+    line = next(i for i, row in enumerate(bad.read_text().splitlines(), 1) if "linux/arm," in row)
+    assert info.value.message.startswith(f"{bad}:{line}: targets.cpu.platforms[0]")
+    bad.write_text(text.replace("schema: 1\n", "schema: 1\nschema: 1\n", 1))
+    with pytest.raises(ConfigError, match="duplicate key"):
+        load_matrix(bad)
+
+
+def test_plugin_version_must_be_pep440():
+    raw = _raw()
+    raw["targets"]["ascend"]["plugin"]["version"] = "x.y"
+    assert "targets.ascend.plugin.version: 'x.y' is not a PEP 440 version" in _error(raw)

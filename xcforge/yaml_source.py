@@ -1,0 +1,65 @@
+"""YAML with line numbers and without silent surprises.
+
+PyYAML keeps the last of two equal keys without a word and forgets where values came from. Config
+files (matrix.yaml, site files) are read through here instead: a duplicate key is an error naming
+both lines, and every mapping key and list item is mapped to its line so errors can say
+`matrix.yaml:42: targets.ascend.platforms[0]: ...`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from xcforge.errors import ConfigError
+
+Lines = dict[tuple, int]
+
+
+def load_yaml(text: str, path: Path) -> tuple[Any, Lines]:
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"{path}:{where}: invalid YAML: {problem}") from None
+    lines: Lines = {}
+    if root is not None:
+        _walk(root, (), lines, path)
+    return data, lines
+
+
+def _walk(node: yaml.Node, here: tuple, lines: Lines, path: Path) -> None:
+    lines.setdefault(here, node.start_mark.line + 1)
+    if isinstance(node, yaml.MappingNode):
+        seen: dict[Any, int] = {}
+        for key_node, value_node in node.value:
+            key = key_node.value if isinstance(key_node, yaml.ScalarNode) else str(key_node.value)
+            line = key_node.start_mark.line + 1
+            if key in seen and key != "<<":
+                dotted = ".".join(str(p) for p in (*here, key))
+                raise ConfigError(
+                    f"{path}:{line}: {dotted}: duplicate key (first on line {seen[key]}); YAML would silently keep "
+                    "the last one: remove one of them"
+                )
+            seen[key] = line
+            lines[(*here, key)] = line
+            _walk(value_node, (*here, key), lines, path)
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            lines[(*here, index)] = item.start_mark.line + 1
+            _walk(item, (*here, index), lines, path)
+
+
+def line_of(lines: Lines | None, location: tuple) -> int | None:
+    """The line of the deepest part of `location` that exists in the file."""
+    if not lines:
+        return None
+    for end in range(len(location), -1, -1):
+        if location[:end] in lines:
+            return lines[location[:end]]
+    return None
