@@ -13,18 +13,15 @@ import json
 import os
 import re
 import shutil
-import subprocess
-import sys
 import tempfile
-import threading
 import time
-from collections import deque
 from configparser import ConfigParser
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote, urlsplit, urlunsplit
 
 from xcforge import ci, image_inspect
+from xcforge.buildx import RETRYABLE, annotations, buildx_command, failure_reason, output_spec, say, stream_buildx
 from xcforge.docker_env import DockerEnvironment, check_docker
 from xcforge.engine_wheel import ensure_engine_wheel
 from xcforge.errors import BuildFailed, ConfigError, RegistryError, RenderError, XcforgeError
@@ -34,17 +31,11 @@ from xcforge.plan import BuildOptions, BuildPlan
 from xcforge.push import push_layout
 from xcforge.render import render_target
 from xcforge.report import BuildResult, PlatformResult, merge_into_report, print_table, write_reports
-from xcforge.shell import DOCKER, echo, format_command, run
+from xcforge.shell import DOCKER, run
 
 STANDIN_LABEL = "io.xcforge.stand-in"
 FINGERPRINT_LABEL = "io.xcforge.fingerprint"
 REGISTRY_RETRIES = 3
-_RETRYABLE = re.compile(
-    r"(connection refused|connection reset|i/o timeout|tls handshake timeout|EOF|"
-    r"\b50[0234]\b|\b429\b|too many requests|bad gateway|service unavailable|no such host)",
-    re.IGNORECASE,
-)
-_print_lock = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -59,11 +50,6 @@ class BuildRequest:
     sm2_key: Path | None = None
     cosign_key: Path | None = None
     keyless: bool = False
-
-
-def _say(message: str) -> None:
-    with _print_lock:
-        print(message, file=sys.stderr, flush=True)
 
 
 # --------------------------------------------------------------------------- inputs
@@ -124,100 +110,6 @@ def _base_facts(plan: BuildPlan) -> tuple[str, str]:
 
 
 # --------------------------------------------------------------------------- buildx
-
-
-def buildx_command(
-    plan: BuildPlan, *, build_args: dict[str, str], secret_files: dict[str, Path], output: str, metadata: Path
-) -> list[str]:
-    cmd = [DOCKER, "buildx", "build", "--progress=plain", "--platform", ",".join(plan.platforms)]
-    cmd += ["--file", str(plan.dockerfile)]
-    for name, path in sorted(plan.named_contexts.items()):
-        cmd += ["--build-context", f"{name}={path}"]
-    for key, value in sorted(build_args.items()):
-        cmd += ["--build-arg", f"{key}={value}"]
-    for secret_id, path in sorted(secret_files.items()):
-        cmd += ["--secret", f"id={secret_id},src={path}"]
-    # One flag per level: buildx 0.13 reads "index,manifest:" as part of the key.
-    for key, value in _annotations(plan, build_args).items():
-        cmd += ["--annotation", f"index:{key}={value}", "--annotation", f"manifest:{key}={value}"]
-    if plan.output != "archive" and plan.site.registry_cache:
-        cache_ref = f"{plan.image_repo}:buildcache-{'-'.join(p.split('/')[1] for p in plan.platforms)}"
-        cmd += [
-            "--cache-from",
-            f"type=registry,ref={cache_ref}",
-            "--cache-to",
-            f"type=registry,ref={cache_ref},mode=max",
-        ]
-    cmd += ["--provenance=mode=max", "--metadata-file", str(metadata), "--output", output, str(plan.context)]
-    return cmd
-
-
-def _annotations(plan: BuildPlan, build_args: dict[str, str]) -> dict[str, str]:
-    target = plan.target
-    return {
-        "org.opencontainers.image.title": f"xcforge vLLM {target.name}",
-        "org.opencontainers.image.description": target.description,
-        "org.opencontainers.image.version": f"{plan.engine_version}-{target.variant}",
-        "org.opencontainers.image.revision": build_args.get("BUILD_REVISION", ""),
-        "org.opencontainers.image.created": build_args.get("BUILD_CREATED", ""),
-        "org.opencontainers.image.source": build_args.get("BUILD_SOURCE", ""),
-        "org.opencontainers.image.base.name": plan.base_original,
-        "org.opencontainers.image.base.digest": build_args.get("BASE_DIGEST", ""),
-        "io.xcforge.target": target.name,
-    }
-
-
-def _output_spec(plan: BuildPlan, archive: Path) -> str:
-    """Every build writes an OCI layout archive; pushing uploads that same archive (xcforge/push.py),
-    so the digest operators `docker load` offline is the digest in the registry."""
-    names = ",".join(plan.refs) if plan.refs else plan.image_repo
-    return f'type=oci,dest={archive},"name={names}"'
-
-
-@dataclass
-class _BuildxRun:
-    returncode: int
-    tail: list[str]
-    cache_hits: int
-    steps: int
-
-
-def _stream_buildx(cmd: list[str], prefix: str) -> _BuildxRun:
-    """Run buildx, echoing its plain progress with a target prefix; count steps and cache hits."""
-    echo(cmd)
-    tail: deque[str] = deque(maxlen=60)
-    steps: set[str] = set()
-    cached: set[str] = set()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
-    try:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            line = line.rstrip("\n")
-            tail.append(line)
-            match = re.match(r"^#(\d+) (\[.*?\]|CACHED|DONE)", line)
-            if match:
-                if match.group(2).startswith("[") and "internal" not in match.group(2):
-                    steps.add(match.group(1))
-                elif match.group(2) == "CACHED":
-                    cached.add(match.group(1))
-            if line.strip():
-                _say(f"[{prefix}] {line}")
-        proc.wait()
-    except BaseException:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        raise
-    return _BuildxRun(proc.returncode, list(tail), len(cached & steps), len(steps))
-
-
-def _failure_reason(tail: list[str]) -> str:
-    for line in reversed(tail):
-        if line.startswith("ERROR:") or "error:" in line.lower():
-            return re.sub(r"^#\d+ [\d.]+ ", "", line).strip()[:400]
-    return (tail[-1] if tail else "no output")[:400]
 
 
 # --------------------------------------------------------------------------- one target
@@ -287,7 +179,7 @@ def build_one(plan: BuildPlan, env: DockerEnvironment, engine_dir: Path, engine_
             skipped.base_digest, skipped.base_kind, skipped.fingerprint = base_digest, base_kind, fingerprint
             skipped.duration_s = time.monotonic() - started
             skipped.notes.append("unchanged since the last build (same fingerprint); --force rebuilds")
-            _say(f"[{name}] skipped: fingerprint {fingerprint[:19]}… unchanged")
+            say(f"[{name}] skipped: fingerprint {fingerprint[:19]}… unchanged")
             return skipped
 
     result = _result(plan, "failed", base_digest=base_digest, base_kind=base_kind, fingerprint=fingerprint)
@@ -326,22 +218,22 @@ def build_one(plan: BuildPlan, env: DockerEnvironment, engine_dir: Path, engine_
             plan,
             build_args=build_args,
             secret_files=secret_files,
-            output=_output_spec(plan, partial),
+            output=output_spec(plan, partial),
             metadata=metadata,
         )
         attempt = 0
         while True:
             attempt += 1
             with ci.group(f"build {name} ({', '.join(plan.platforms)})"):
-                outcome = _stream_buildx(cmd, name)
+                outcome = stream_buildx(cmd, name)
             result.cache_hits, result.steps = outcome.cache_hits, outcome.steps
             if outcome.returncode == 0:
                 break
-            reason = _failure_reason(outcome.tail)
-            retryable = plan.output != "archive" and _RETRYABLE.search("\n".join(outcome.tail[-15:]))
+            reason = failure_reason(outcome.tail)
+            retryable = plan.output != "archive" and RETRYABLE.search("\n".join(outcome.tail[-15:]))
             if retryable and attempt < REGISTRY_RETRIES:
                 delay = 5 * 3 ** (attempt - 1)
-                _say(f"[{name}] registry error ({reason}); retrying in {delay} s ({attempt}/{REGISTRY_RETRIES - 1})")
+                say(f"[{name}] registry error ({reason}); retrying in {delay} s ({attempt}/{REGISTRY_RETRIES - 1})")
                 time.sleep(delay)
                 continue
             if retryable:
@@ -379,7 +271,7 @@ def _finish(plan: BuildPlan, result: BuildResult, partial: Path, record_path: Pa
         record_path.write_text(json.dumps(record, indent=2) + "\n")
         return
     with ci.group(f"push {plan.image_repo}@{digest}"):
-        push_layout(partial, plan.image_repo, plan.tags, progress=lambda m: _say(f"[{plan.target.name}] {m}"))
+        push_layout(partial, plan.image_repo, plan.tags, progress=lambda m: say(f"[{plan.target.name}] {m}"))
     result.refs = list(plan.refs)
     if plan.output == "push-by-digest":
         platform = plan.platforms[0]
@@ -395,7 +287,7 @@ def _attach_tags(plan: BuildPlan, digest: str, sources: list[str] | None = None,
     for ref in plan.refs:
         cmd += ["--tag", ref]
     if annotate:
-        for key, value in _annotations(plan, plan.build_args).items():
+        for key, value in annotations(plan, plan.build_args).items():
             cmd += ["--annotation", f"index:{key}={value}"]
     cmd += sources or [f"{plan.image_repo}@{digest}"]
     for attempt in range(1, REGISTRY_RETRIES + 1):
@@ -403,7 +295,7 @@ def _attach_tags(plan: BuildPlan, digest: str, sources: list[str] | None = None,
         if proc.returncode == 0:
             return
         message = (proc.stderr.decode(errors="replace").strip().splitlines() or ["no output"])[-1]
-        if attempt == REGISTRY_RETRIES or not _RETRYABLE.search(message):
+        if attempt == REGISTRY_RETRIES or not RETRYABLE.search(message):
             raise RegistryError(f"{plan.target.name}: tagging {plan.image_repo} failed: {message}")
         time.sleep(5 * 3 ** (attempt - 1))
 
@@ -438,7 +330,7 @@ def run_builds(request: BuildRequest) -> int:
             raise ConfigError("\n".join(plan.blockers))
     _check_rendered(request.matrix, plans)
     env = check_docker()
-    _say(f"docker {env.server_version}, buildx {'.'.join(map(str, env.buildx_version))}, native {env.native_platform}")
+    say(f"docker {env.server_version}, buildx {'.'.join(map(str, env.buildx_version))}, native {env.native_platform}")
     engine_dir, engine_hash = _prepare_contexts(request.matrix, plans)
 
     results: list[BuildResult] = []
@@ -489,7 +381,7 @@ def run_builds(request: BuildRequest) -> int:
     all_results = merge_into_report(results, request.options.dist_dir)
     json_path, md_path = write_reports(all_results, request.options.dist_dir)
     print_table(results)
-    _say(f"report: {json_path} and {md_path}")
+    say(f"report: {json_path} and {md_path}")
     for result in results:
         if result.digest:
             print(f"{result.target} {result.image_repo}@{result.digest}")
@@ -530,4 +422,4 @@ def plan_dist(plan: BuildPlan) -> Path:
     return plan.archive_dir_for_digests().parent
 
 
-__all__ = ["BuildRequest", "build_one", "buildx_command", "format_command", "merge_digests", "run_builds"]
+__all__ = ["BuildRequest", "build_one", "merge_digests", "run_builds"]
