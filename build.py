@@ -8,13 +8,14 @@ from pathlib import Path
 _ROOT = Path(__file__).resolve().parent
 _VENV_PYTHON = _ROOT / ".venv" / "bin" / "python"
 
+# A checkout set up by scripts/provision.sh has its dependencies in .venv: always run under it, so
+# `python3 build.py` behaves the same whichever interpreter the user typed.
+if _VENV_PYTHON.exists() and Path(sys.prefix).resolve() != (_ROOT / ".venv").resolve():
+    os.execv(str(_VENV_PYTHON), [str(_VENV_PYTHON), str(Path(__file__).resolve()), *sys.argv[1:]])
+
 try:
     from xcforge.cli import main
 except ModuleNotFoundError as exc:
-    # A checkout set up by scripts/provision.sh has its dependencies in .venv; re-run under it
-    # so `python3 build.py` works without activating anything.
-    if _VENV_PYTHON.exists() and Path(sys.executable).resolve() != _VENV_PYTHON.resolve():
-        os.execv(str(_VENV_PYTHON), [str(_VENV_PYTHON), *sys.argv])
     sys.stderr.write(
         f"error: missing Python dependency ({exc.name}); run `sudo scripts/provision.sh` or `pip install -e .` first\n"
     )

@@ -100,6 +100,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         for line in err.message.splitlines() or [""]:
             print(f"error: {line}", file=sys.stderr)
         return err.exit_code
+    except ModuleNotFoundError as exc:
+        if debug:
+            traceback.print_exc()
+        print(
+            f"error: missing Python dependency ({exc.name}); run `sudo scripts/provision.sh` or `pip install -e .`",
+            file=sys.stderr,
+        )
+        return 3
     except Exception as exc:  # a bug in xcforge, not a user error
         if debug:
             traceback.print_exc()
