@@ -19,6 +19,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--docker", action="store_true", help="run tests marked docker")
     parser.addoption("--slow", action="store_true", help="run tests marked slow")
+    parser.addoption("--heavy", action="store_true", help="run tests marked heavy (multi-GB installs)")
     parser.addoption("--device", action="store_true", help="run tests marked device (this machine has the accelerator)")
 
 
@@ -32,10 +33,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         "device": "marked device: needs the accelerator; runs with --device on a [self-hosted, <backend>] runner",
         "docker": "marked docker: run with --docker (or XCFORGE_TESTS=all) after scripts/provision.sh",
         "slow": "marked slow: run with --slow (or XCFORGE_TESTS=all)",
+        "heavy": "marked heavy: multi-GB install, run on demand with --heavy (docs/benchmarks.md has its numbers)",
     }
     for name, reason in reasons.items():
         # XCFORGE_TESTS=all means everything this machine can run: never the hardware tests.
-        if bool(config.getoption(f"--{name}")) or (name != "device" and _wanted(config, name)):
+        if bool(config.getoption(f"--{name}")) or (name not in ("device", "heavy") and _wanted(config, name)):
             continue
         skip = pytest.mark.skip(reason=reason)
         for item in items:

@@ -151,6 +151,7 @@ def _result(plan: BuildPlan, status: str, **kw) -> BuildResult:
         base=plan.base_ref,
         engine_install=plan.engine_install,
         revision=plan.revision,
+        verification=[v.as_dict() for v in plan.verification],
         **kw,
     )
 

@@ -26,6 +26,7 @@ DEFAULT_COMMAND = "build"
 COMMAND_MODULES = (
     "xcforge.commands.build_cmds",
     "xcforge.commands.render_cmds",
+    "xcforge.commands.deps_cmds",
     "xcforge.commands.sign_cmds",
     "xcforge.commands.smoke_cmds",
     "xcforge.commands.deploy_cmds",

@@ -66,6 +66,12 @@ class SmokeFailed(XcforgeError):
     exit_code = 9
 
 
+class DependencyConflict(XcforgeError):
+    """A target's requirements do not resolve although every index they need was reachable."""
+
+    exit_code = 10
+
+
 class Interrupted(XcforgeError):
     """The user pressed Ctrl-C; partial work was cleaned up."""
 

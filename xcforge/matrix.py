@@ -67,6 +67,14 @@ class BaseImage(_Frozen):
     private: bool = False
     # Where the image's Python comes from: the base already has it, or apt installs it.
     python_from: Literal["base", "apt"] = "base"
+    # The base's C library version: the newest manylinux wheels its Python can load (lock files).
+    glibc: str = Field(pattern=r"^2\.[0-9]{2}$")
+    # Scripts the vendor's own entrypoint sources (CANN's set_env.sh files), "path [args]": our
+    # entrypoint sources them too, so `docker run IMAGE cmd`, the launcher and doctor see them.
+    env_scripts: tuple[str, ...] = ()
+    # Python packages the vendor base already ships (name → version), e.g. Cambricon's torch: the
+    # resolver treats them as installed and the lock never reinstalls them.
+    provides: dict[str, Pep440] = Field(default_factory=dict)
 
     @field_validator("image")
     @classmethod
@@ -95,12 +103,38 @@ class PythonEnv(_Frozen):
     version: str
     venv: str
     system_site_packages: bool
+    # False: the venv already exists in the base (Cambricon keeps torch_mlu in its own venv, which a
+    # second venv cannot see), so the engine is installed into it instead of a new one.
+    create_venv: bool = True
+    # The Python of the stand-in base (Debian bookworm) where it differs from the vendor's: a lock is
+    # made for it too, so stand-in builds install a pinned set; reports say which one was used.
+    standin_version: str | None = None
 
-    @field_validator("version")
+    @field_validator("version", "standin_version")
     @classmethod
-    def _version(cls, v: str) -> str:
-        if not re.match(r"^3\.[0-9]{1,2}$", v):
+    def _version(cls, v: str | None) -> str | None:
+        if v is not None and not re.match(r"^3\.[0-9]{1,2}$", v):
             raise ValueError(f"'{v}' is not a Python version like 3.11")
+        return v
+
+    @property
+    def lock_versions(self) -> tuple[str, ...]:
+        """Every Python a lock is made for: the vendor's, then the stand-in's."""
+        extra = (self.standin_version,) if self.standin_version and self.standin_version != self.version else ()
+        return (self.version, *extra)
+
+
+class PipCheckException(_Frozen):
+    match: str
+    reason: str
+
+    @field_validator("match")
+    @classmethod
+    def _regex(cls, v: str) -> str:
+        try:
+            re.compile(v)
+        except re.error as exc:
+            raise ValueError(f"'{v}' is not a regular expression ({exc})") from exc
         return v
 
 
@@ -114,6 +148,16 @@ class EngineInstall(_Frozen):
     install: Literal["wheel", "source-empty"]
     extra_index_urls: tuple[str, ...] = ()
     remove_packages: tuple[str, ...] = ()
+    # source-empty: the requirements file inside the engine's sdist that its setup.py reads for the
+    # empty device, and what setup.py imports when built without isolation (the runtime torch
+    # stands in for the build-time one: the empty device compiles nothing).
+    source_requirements: str | None = None
+    build_requirements: tuple[str, ...] = ()
+    # Packages whose right build exists only on one of extra_index_urls (torchvision's CPU build):
+    # where the site does not serve that index they are left out, and the report says so.
+    index_only: tuple[str, ...] = ()
+    # `pip check` lines accepted in the image, each with the reason (regex searched in the line).
+    pip_check_allow: tuple[PipCheckException, ...] = ()
 
     @model_validator(mode="after")
     def _reason_with_override(self) -> EngineInstall:
@@ -127,6 +171,15 @@ class Plugin(_Frozen):
     version: Pep440
     source: Literal["pypi", "wheelhouse"]
     requires: tuple[str, ...] = ()
+    # Indexes only the plugin's own requirements need (Huawei's for triton-ascend).
+    extra_index_urls: tuple[str, ...] = ()
+    # The file in the plugin's sdist its setup.py reads install_requires from (sdists that declare
+    # requires-dist as dynamic cannot be resolved without it).
+    requirements_file: str | None = None
+    # The name it registers under vLLM's `vllm.platform_plugins` entry-point group.
+    entry_point: str
+    # Why its install needs the vendor base (it is skipped, with this reason, on a stand-in).
+    needs_vendor: str
 
 
 class GroupSpec(_Frozen):
@@ -251,8 +304,16 @@ class Target(_Frozen):
     # system_packages usually comes from defaults; a target adds its own in extra_system_packages.
     system_packages: tuple[str, ...] = ()
     extra_system_packages: tuple[str, ...] = ()
+    # Packages from the vendor's own apt repository (NVIDIA's CUDA JIT pieces): a stand-in base
+    # does not have that repository, so the site may skip them (named in the report).
+    vendor_system_packages: tuple[str, ...] = ()
     build_env: dict[str, str] = Field(default_factory=dict)
     env: dict[str, str] = Field(default_factory=dict)
+    # Search paths put in front of the base's own value (`ours:$BASE`), never replacing it.
+    env_prepend: dict[str, str] = Field(default_factory=dict)
+    # Libraries preloaded into every process of the image (tcmalloc for vLLM's CPU backend), by
+    # file name under /usr/lib/<multiarch>/; linked to a fixed path so one ENV fits every arch.
+    preload: tuple[str, ...] = ()
     runtime: Runtime
     healthcheck: Healthcheck
     smoke: Smoke
@@ -271,7 +332,7 @@ class Target(_Frozen):
             raise ValueError("platforms are listed twice")
         return v
 
-    @field_validator("build_env", "env")
+    @field_validator("build_env", "env", "env_prepend")
     @classmethod
     def _env_names(cls, v: dict[str, str]) -> dict[str, str]:
         for key in v:

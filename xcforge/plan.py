@@ -19,6 +19,7 @@ from xcforge.errors import ConfigError
 from xcforge.matrix import Matrix, Target
 from xcforge.render import REPO_ROOT
 from xcforge.site import SiteConfig
+from xcforge.verification import PlatformVerification, label_value, planned
 
 OutputMode = Literal["archive", "push", "push-by-digest"]
 EngineInstall = Literal["full", "skip"]
@@ -70,6 +71,9 @@ class BuildPlan:
     # Problems that stop a real build but not a dry run (which shows them).
     blockers: tuple[str, ...] = ()
     dist_dir: Path = DIST_DIR
+    plugin_install: str = "full"  # full | skip | skip-<arch>
+    omitted: tuple[str, ...] = ()  # index-only packages this site cannot serve
+    verification: tuple[PlatformVerification, ...] = ()  # what a successful build proves, per platform
 
     def archive_dir_for_digests(self) -> Path:
         """Where split builds leave their per-platform digest records for `merge`."""
@@ -99,6 +103,9 @@ class BuildPlan:
             "named contexts:" + "".join(f"\n  {k}={_rel(v)}" for k, v in sorted(self.named_contexts.items())),
             "build args:" + "".join(f"\n  {k}={v}" for k, v in sorted(self.build_args.items())),
             "secrets:" + ("".join(f"\n  {s.id}: {s.description}" for s in self.secrets) or " none"),
+        ]
+        lines += ["verification:"] + [
+            f"  {v.platform}: {v.level}" + "".join(f"\n    {s}" for s in v.skipped) for v in self.verification
         ]
         lines += [f"BLOCKED:       {b}" for b in self.blockers]
         return "\n".join(lines)
@@ -158,6 +165,12 @@ def engine_install_mode(target: Target, site: SiteConfig, platforms: tuple[str, 
         name, _, platform = entry.partition(":")
         if name == target.name:
             skipped.add(platform or "*")
+    return step_mode(skipped, platforms)
+
+
+def step_mode(skipped: set[str] | tuple[str, ...], platforms: tuple[str, ...]) -> str:
+    """full, skip (every platform built here) or skip-<arch> (one of them)."""
+    skipped = set(skipped)
     if not skipped:
         return "full"
     if "*" in skipped or set(platforms) <= skipped:
@@ -193,14 +206,24 @@ def make_plan(matrix: Matrix, target: Target, site: SiteConfig, options: BuildOp
 
     extra_urls = site.pip.extra_index_urls if site.pip.extra_index_urls is not None else target.engine.extra_index_urls
     install_mode = engine_install_mode(target, site, platforms)
+    plugin_mode = step_mode(site.skipped(target.name, "plugin"), platforms) if target.plugin else "full"
+    if install_mode == "skip":
+        plugin_mode = "skip"  # no engine, no plugin
+    # Index-only packages (torchvision's CPU build) are left out where the site drops their index.
+    omitted = tuple(target.engine.index_only) if not set(target.engine.extra_index_urls) <= set(extra_urls) else ()
     build_args = {
         "BASE_IMAGE": base_ref,
         "ENGINE_INSTALL": install_mode,
+        "PLUGIN_INSTALL": plugin_mode,
         "EXTRA_INDEX_URLS": " ".join(extra_urls),
+        "OMIT_PACKAGES": " ".join((*target.engine.remove_packages, *omitted)),
+        "OMIT_INDEX_ONLY": " ".join(omitted),
         "BUILD_REVISION": revision,
         "BUILD_CREATED": git_commit_time(),
         "BUILD_SOURCE": "https://github.com/xcforge/xcforge",
     }
+    if target.vendor_system_packages:
+        build_args["VENDOR_PACKAGES"] = step_mode(site.skipped(target.name, "vendor-packages"), platforms)
     if site.apt_mirror:
         build_args["APT_MIRROR"] = site.apt_mirror
     # Docker's predefined proxy args: BuildKit keeps them out of the image history.
@@ -216,7 +239,7 @@ def make_plan(matrix: Matrix, target: Target, site: SiteConfig, options: BuildOp
     if options.wheelhouse is not None and not options.wheelhouse.is_dir():
         raise ConfigError(f"--wheelhouse: '{options.wheelhouse}' is not a directory")
     blockers: list[str] = []
-    if target.plugin and target.plugin.source == "wheelhouse" and wheelhouse is None and install_mode != "skip":
+    if target.plugin and target.plugin.source == "wheelhouse" and wheelhouse is None and plugin_mode != "skip":
         blockers.append(
             f"{matrix.path}: targets.{target.name}.plugin.source: {target.plugin.name} comes from a wheelhouse; "
             "pass --wheelhouse DIR (the vendor SDK's wheels) or set `wheelhouse` in --site"
@@ -232,6 +255,16 @@ def make_plan(matrix: Matrix, target: Target, site: SiteConfig, options: BuildOp
         secrets.append(SecretSource("ca.pem", "file", site.ca_bundle, f"extra CA bundle from {site.ca_bundle}"))
     if site.pip.index_url or site.pip.token_env or site.pip.trusted_hosts:
         secrets.append(SecretSource("pip.conf", "generated", None, "pip.conf generated from the site's pip settings"))
+    verification = planned(
+        matrix,
+        target,
+        tuple(platforms),
+        engine_install=install_mode,
+        plugin_install=plugin_mode,
+        vendor_packages=build_args.get("VENDOR_PACKAGES", "full"),
+        omitted=omitted,
+    )
+    build_args["XCFORGE_VERIFICATION"] = label_value(verification)
     archive = None
     if output == "archive":
         archive = options.dist_dir / f"{target.name}-{engine_version}-{target.variant}.oci.tar"
@@ -250,6 +283,9 @@ def make_plan(matrix: Matrix, target: Target, site: SiteConfig, options: BuildOp
         build_args=build_args,
         secrets=tuple(secrets),
         engine_install=install_mode,
+        plugin_install=plugin_mode,
+        omitted=omitted,
+        verification=tuple(verification),
         revision=revision,
         archive_path=archive,
         site=site,

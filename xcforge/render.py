@@ -89,6 +89,8 @@ def labels(matrix: Matrix, target: Target) -> list[tuple[str, str]]:
         (f"{LABEL_PREFIX}.plugin.version", plugin.version if plugin else ""),
         (f"{LABEL_PREFIX}.engine-install", "${ENGINE_INSTALL}"),
         (f"{LABEL_PREFIX}.fingerprint", "${XCFORGE_FINGERPRINT}"),
+        # Per platform, how far this build proved the image (xcforge/verification.py).
+        (f"{LABEL_PREFIX}.verification", "${XCFORGE_VERIFICATION}"),
     ]
 
 
@@ -107,8 +109,45 @@ def engine_requirements(matrix: Matrix, target: Target) -> list[str]:
     return reqs
 
 
+def env_prepend(target: Target) -> list[tuple[str, str]]:
+    """`ours` in front of the base's value, which stays (an empty one adds no stray ':')."""
+    return [
+        (key, f"{value}${{{key}:+:${{{key}}}}}") for key, value in sorted(target.env_prepend.items()) if key != "PATH"
+    ]
+
+
+def resolve_requirements(target: Target) -> list[str]:
+    """What a build without a lock installs beside the engine itself (it resolves them then)."""
+    reqs = list(target.engine.build_requirements) if target.engine.install == "source-empty" else []
+    if target.plugin:
+        reqs += target.plugin.requires
+    return reqs
+
+
+def install_spec(target: Target) -> str:
+    """What check-install needs from the matrix, written into the image as one JSON line."""
+    plugin = target.plugin
+    spec = {
+        "pip_check_allow": [e.match for e in target.engine.pip_check_allow],
+        "plugin_entry_point": plugin.entry_point if plugin else "",
+        "plugin_reason": plugin.needs_vendor if plugin else "",
+        "index_only": list(target.engine.index_only),
+        "removed": list(target.engine.remove_packages),
+        "index_only_reason": (
+            f"their right builds come only from {', '.join(target.engine.extra_index_urls)}"
+            if target.engine.index_only
+            else ""
+        ),
+    }
+    return json.dumps(spec, sort_keys=True, separators=(",", ":"))
+
+
 def render_context(matrix: Matrix, target: Target) -> dict:
     return {
+        "env_prepend": env_prepend(target),
+        "env_scripts": list(target.base.env_scripts),
+        "install_spec": install_spec(target),
+        "resolve_requirements": resolve_requirements(target),
         "t": target,
         "template": template_name(target),
         "engine_version": matrix.engine_version(target),

@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from xcforge import ci
+from xcforge.verification import higher
 
 REPORT_SCHEMA = 1
 
@@ -51,6 +52,13 @@ class BuildResult:
     signatures: list[dict[str, Any]] = field(default_factory=list)
     smoke: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # Per platform: {platform, level, lock, skipped} (xcforge/verification.py); smoke raises levels.
+    verification: list[dict[str, Any]] = field(default_factory=list)
+
+    def raise_level(self, platform: str, level: str) -> None:
+        for entry in self.verification:
+            if entry["platform"] == platform:
+                entry["level"] = higher(entry["level"], level)
 
     @property
     def pinned_ref(self) -> str | None:
@@ -77,12 +85,16 @@ def _base_cell(result: BuildResult) -> str:
     return result.base_kind + skipped
 
 
+def _verified_cell(result: BuildResult) -> str:
+    return "<br>".join(f"{v['platform'].split('/')[-1]}: {v['level']}" for v in result.verification) or "-"
+
+
 def markdown(results: list[BuildResult]) -> str:
     lines = [
         "## xcforge build report",
         "",
-        "| target | status | platforms | digest | compressed size | duration | cache hits | base |",
-        "|---|---|---|---|---|---|---|---|",
+        "| target | status | platforms | digest | compressed size | duration | cache hits | base | verified |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         platforms = "<br>".join(p.platform for p in r.platforms)
@@ -90,12 +102,16 @@ def markdown(results: list[BuildResult]) -> str:
         digest = f"`{r.digest[:19]}…`" if r.digest else "-"
         lines.append(
             f"| {r.target} | {r.status} | {platforms} | {digest} | {sizes} | {r.duration_s:.0f} s | "
-            f"{r.cache_hits}/{r.steps} | {_base_cell(r)} |"
+            f"{r.cache_hits}/{r.steps} | {_base_cell(r)} | {_verified_cell(r)} |"
         )
     failures = [r for r in results if r.error]
     if failures:
         lines += ["", "### Failures", ""]
         lines += [f"- **{r.target}**: {r.error}" for r in failures]
+    skipped = [(r.target, v["platform"], s) for r in results for v in r.verification for s in v.get("skipped", [])]
+    if skipped:
+        lines += ["", "### Not verified (skipped steps and why)", ""]
+        lines += [f"- **{t}** {p}: {s}" for t, p, s in skipped]
     notes = [(r.target, n) for r in results for n in r.notes]
     if notes:
         lines += ["", "### Notes", ""]

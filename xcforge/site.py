@@ -25,6 +25,9 @@ MACHINE_DEFAULT = REPO_ROOT / ".xcforge" / "site.yaml"
 STANDIN_SITE = REPO_ROOT / "sites" / "standin.yaml"
 
 
+SKIPPABLE_STEPS = ("plugin", "vendor-packages")
+
+
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -59,10 +62,33 @@ class SiteConfig(_Frozen):
     # Targets (or target:platform) whose vendor engine cannot be installed here, e.g. on stand-in
     # bases without CANN/Neuware: their images are built with ENGINE_INSTALL=skip and say so.
     skip_engine_install: tuple[str, ...] = ()
+    # Other steps a stand-in cannot run, as target:step[:platform] with step plugin or
+    # vendor-packages (the reason comes from the matrix: plugin.needs_vendor, the vendor's apt repo).
+    skip_steps: tuple[str, ...] = ()
     # Import/export BuildKit's layer cache from the registry (`<repo>:buildcache-<arch>`) when pushing.
     registry_cache: bool = True
     # Registry hosts reached over plain HTTP (127.0.0.0/8 always is).
     insecure_registries: tuple[str, ...] = ()
+
+    @field_validator("skip_steps")
+    @classmethod
+    def _steps(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        for entry in v:
+            parts = entry.split(":")
+            if len(parts) < 2 or parts[1] not in SKIPPABLE_STEPS:
+                raise ValueError(
+                    f"'{entry}': write target:step[:platform] with step one of {', '.join(SKIPPABLE_STEPS)}"
+                )
+        return v
+
+    def skipped(self, target: str, step: str) -> tuple[str, ...]:
+        """The platforms (or '*') on which `step` of `target` is skipped."""
+        found = []
+        for entry in self.skip_steps:
+            name, entry_step, *platform = entry.split(":", 2)
+            if name == target and entry_step == step:
+                found.append(platform[0] if platform else "*")
+        return tuple(found)
 
     @field_validator("mirrors")
     @classmethod

@@ -68,6 +68,48 @@ COPY xcforge-stand-in /etc/xcforge-stand-in
 CMD ["bash"]
 """
 
+# What of a vendor base's layout a stand-in reproduces (from the matrix): its environment scripts,
+# as stubs at the same paths that only record they were sourced, and its own venv where the image
+# installs into it. Not reproduced: the vendor's Python version, libraries, SDK and driver files.
+LAYOUT_DOCKERFILE = """\
+COPY layout/ /
+"""
+VENV_DOCKERFILE = """\
+RUN python3 -m venv {venv}
+"""
+
+
+@dataclass(frozen=True)
+class Layout:
+    env_scripts: tuple[str, ...] = ()
+    venv: str | None = None
+
+    @property
+    def key(self) -> str:
+        if not self.env_scripts and not self.venv:
+            return ""
+        blob = json.dumps([self.env_scripts, self.venv]).encode()
+        return "+layout-" + hashlib.sha256(blob).hexdigest()[:12]
+
+    def dockerfile(self) -> str:
+        text = DOCKERFILE.replace('CMD ["bash"]\n', "")
+        if self.env_scripts:
+            text += LAYOUT_DOCKERFILE
+        if self.venv:
+            text += VENV_DOCKERFILE.format(venv=self.venv)
+        return text + 'CMD ["bash"]\n'
+
+    def write(self, context: Path) -> None:
+        for script in self.env_scripts:
+            path = script.split()[0]
+            stub = context / "layout" / path.lstrip("/")
+            stub.parent.mkdir(parents=True, exist_ok=True)
+            stub.write_text(
+                f"# xcforge stand-in for {path} (the vendor's environment script): it only records that it ran.\n"
+                f'export XCFORGE_STANDIN_SOURCED="${{XCFORGE_STANDIN_SOURCED:+$XCFORGE_STANDIN_SOURCED:}}{path}"\n'
+            )
+
+
 _INDEX_TYPES = (
     "application/vnd.oci.image.index.v1+json",
     "application/vnd.docker.distribution.manifest.list.v2+json",
@@ -436,8 +478,11 @@ def image_status(original: str, registry: str, recipe_id: str, fingerprint: str 
     return StandinStatus(original, target, "up to date")
 
 
-def build_standin(original: str, registry: str, rootfs: Sequence[Rootfs], recipe_id: str) -> str:
+def build_standin(
+    original: str, registry: str, rootfs: Sequence[Rootfs], recipe_id: str, layout: Layout | None = None
+) -> str:
     """Build the multi-arch stand-in for one vendor base and push it; returns the stand-in ref."""
+    layout = layout or Layout()
     target = standin_ref(original, registry)
     qualified = normalize_ref(original)
     with tempfile.TemporaryDirectory(prefix="xcforge-standin-") as tmp:
@@ -448,7 +493,8 @@ def build_standin(original: str, registry: str, rootfs: Sequence[Rootfs], recipe
                 os.link(r.tarball, link)
             except OSError:  # another filesystem: copy
                 shutil.copyfile(r.tarball, link)
-        (context / "Dockerfile").write_text(DOCKERFILE)
+        (context / "Dockerfile").write_text(layout.dockerfile())
+        layout.write(context)
         (context / "xcforge-stand-in").write_text(qualified + "\n")
         argv = [
             DOCKER, "buildx", "build",
@@ -472,6 +518,19 @@ def build_standin(original: str, registry: str, rootfs: Sequence[Rootfs], recipe
             f"docker buildx build of the stand-in for {qualified} failed (exit {result.returncode})"
         )
     return target
+
+
+def matrix_layouts(matrix_path: Path) -> dict[str, Layout]:
+    """Per base image of matrix.yaml, the part of the vendor's layout its stand-in reproduces."""
+    from xcforge.matrix import load_matrix
+
+    if not matrix_path.is_file():
+        return {}
+    layouts: dict[str, Layout] = {}
+    for target in load_matrix(matrix_path).targets.values():
+        venv = None if target.python.create_venv else target.python.venv
+        layouts[normalize_ref(target.base.image)] = Layout(tuple(target.base.env_scripts), venv)
+    return layouts
 
 
 def matrix_bases(matrix_path: Path) -> list[str]:
@@ -554,7 +613,12 @@ def _execute(args: argparse.Namespace) -> int:
     cached = [cached_rootfs(a, args.cache_dir, sources) for a in arches]
     fingerprint = rootfs_fingerprint(cached) if all(cached) and not args.refresh_rootfs else None  # type: ignore[arg-type]
 
-    statuses = [image_status(ref, args.registry, recipe_id, fingerprint) for ref in refs]
+    layouts = matrix_layouts(args.matrix or Path("matrix.yaml"))
+
+    def layout_of(ref: str) -> Layout:
+        return layouts.get(normalize_ref(ref), Layout())
+
+    statuses = [image_status(ref, args.registry, recipe_id + layout_of(ref).key, fingerprint) for ref in refs]
     if args.check:
         for status in statuses:
             print(f"{status.standin}: {status.state}")
@@ -570,7 +634,8 @@ def _execute(args: argparse.Namespace) -> int:
         rootfs = [ensure_rootfs(a, args.cache_dir, sources, refresh=args.refresh_rootfs) for a in arches]
         for status in todo:
             started = time.monotonic()
-            build_standin(status.original, args.registry, rootfs, recipe_id)
+            layout = layout_of(status.original)
+            build_standin(status.original, args.registry, rootfs, recipe_id + layout.key, layout)
             print(
                 f"{status.standin}: pushed in {time.monotonic() - started:.0f} s ({status.state} before)",
                 file=sys.stderr,

@@ -135,8 +135,12 @@ def test_cuda_driver_versus_runtime(machine, env_for, capsys):
     code, report = doctor(capsys, fake, env_for("cuda"), software)
     assert report["versions"] == {"driver": "570.86.15", "cuda_runtime": "13.0"}
     assert code == 3 and errors(report) == ["cuda.compat.driver"]
+    # The base's CUDA_VERSION does not hide the CUDA torch was built for (PyPI's torch brings its own).
     code, report = doctor(capsys, fake, env_for("cuda", CUDA_VERSION="12.8.1"), software)
-    assert code == 0
+    assert code == 3 and report["versions"]["cuda_runtime"] == "13.0"
+    built_for_12_8 = Software(python="3.11", vllm="0.11.0", vllm_importable=True, torch="2.9.0", torch_cuda="12.8")
+    code, report = doctor(capsys, fake, env_for("cuda", CUDA_VERSION="13.0.3"), built_for_12_8)
+    assert code == 0 and report["versions"]["cuda_runtime"] == "12.8"
     assert [c["status"] for c in report["checks"] if c["id"] == "cuda.compat.driver"] == ["ok"]
 
 

@@ -17,7 +17,7 @@ MATRIX = load_matrix(REPO / "matrix.yaml")
 
 def test_tags_are_versioned_and_never_latest():
     tags = tags_for(MATRIX, MATRIX.targets["ascend"], "abc123")
-    assert tags == ("0.23.0-910b-cann8.3", "0.23.0-910b-cann8.3-abc123")
+    assert tags == ("0.23.0-910b-cann9.1", "0.23.0-910b-cann9.1-abc123")
     assert not any("latest" in t for t in tags)
 
 
@@ -32,7 +32,7 @@ def test_mirror_map_longest_prefix_whole_segments():
 def test_plan_uses_mirror_and_archive_by_default():
     site = SiteConfig(mirrors={"quay.io/ascend": "harbor.corp/ascend"})
     plan = make_plan(MATRIX, MATRIX.targets["ascend"], site, BuildOptions(revision="r1"))
-    assert plan.base_ref == "harbor.corp/ascend/cann:8.3.rc1-910b-ubuntu22.04-py3.11"
+    assert plan.base_ref == "harbor.corp/ascend/cann:9.1.0-910b-ubuntu22.04-py3.12"
     assert plan.build_args["BASE_IMAGE"] == plan.base_ref
     assert plan.output == "archive" and plan.archive_path.name.endswith(".oci.tar")
     assert plan.image_repo == "xcforge/vllm-ascend"

@@ -35,7 +35,8 @@ def test_dockerfile_essentials(name):
     assert "# syntax=" not in text  # BuildKit would try to pull the frontend image
     assert "EXPOSE 8000" in text
     assert "HEALTHCHECK" in text and 'CMD ["xcforge-engine", "healthcheck"]' in text
-    assert 'ENTRYPOINT ["/usr/bin/tini", "--", "xcforge-engine"]' in text
+    # xcforge-env sources the vendor's environment scripts before the launcher (or any program) runs.
+    assert 'ENTRYPOINT ["/usr/bin/tini", "--", "xcforge-env", "xcforge-engine"]' in text
     assert re.search(r"^USER 2000:0$", text, re.M)
     assert ".bashrc" not in text
     assert "--mount=type=cache,target=/var/cache/apt" in text
@@ -48,7 +49,10 @@ def test_dockerfile_essentials(name):
     ):
         assert label in text
     target = MATRIX.targets[name]
-    assert f"{target.engine.package}=={MATRIX.engine_version(target)}" in text
+    engine = f"xcforge-install-engine {target.engine.install} {target.engine.package} {MATRIX.engine_version(target)}"
+    assert engine in text
+    assert "--mount=type=bind,source=locks,target=/xcforge/locks" in text  # the committed lock
+    assert "RUN xcforge-env xcforge-engine check-install" in text  # the build proves its engine
 
 
 @pytest.mark.parametrize("name", TARGETS)
@@ -58,8 +62,8 @@ def test_layer_order_least_to_most_changing(name):
         text.index("FROM ${BASE_IMAGE}"),
         text.index("apt-get install"),
         text.index("useradd"),
-        text.index("-m venv"),
-        text.index("xcforge-pip install"),
+        text.index("-m venv" if MATRIX.targets[name].python.create_venv else "test -x"),
+        text.index(f"xcforge-install-engine {MATRIX.targets[name].engine.install} "),
         text.index("/tmp/xcforge-engine/*.whl"),
         text.index("/etc/xcforge/image.json"),
         text.index("LABEL"),
@@ -73,7 +77,15 @@ def test_target_differences_live_in_data_and_blocks():
     assert "set_env.sh" in ascend and "vllm-ascend==0.23.0.post1" in ascend
     assert "--groups HwHiAiUser" in ascend
     assert "--no-index vllm-mlu==" in mlu
-    assert "pip uninstall -y torchvision torchaudio torchcodec triton" in cpu
+    assert 'ARG OMIT_PACKAGES="triton"' in cpu  # torchvision & co. are left out only where the site lacks their index
+    assert "ENV LD_PRELOAD=/usr/local/lib/libtcmalloc_minimal.so.4" in cpu and "LD_PRELOAD" not in cuda
+    assert "/torch/venv3/pytorch_infer" in mlu and "-m venv" not in mlu  # Cambricon's own venv
+    assert (
+        "LD_LIBRARY_PATH=/usr/local/nvidia/lib64:/usr/local/nvidia/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:"
+        in cuda
+    )
+    assert "LD_LIBRARY_PATH" not in ascend  # CANN's own value stays
+    assert "cuda-nvcc-13-0" in cuda and "xcforge-skip vendor-packages" in cuda
     assert "python3-venv" in cuda and "python3-venv" not in cpu  # CUDA base has no Python
     assert "--system-site-packages" in ascend and "--system-site-packages" not in cpu
 
@@ -106,11 +118,15 @@ def test_dry_run_prints_plan_and_dockerfile(name):
     assert "+ " not in proc.stderr  # a dry run runs no command
 
 
-def test_list_one_line_per_target():
+def test_list_one_line_per_target_and_its_platforms_verification():
     proc = _cli("--list")
     assert proc.returncode == 0
     lines = proc.stdout.strip().splitlines()
-    assert [line.split()[0] for line in lines] == TARGETS
+    assert [line.split()[0] for line in lines if not line.startswith(" ")] == TARGETS
+    platforms = [line.split() for line in lines if line.startswith(" ")]
+    assert len(platforms) == sum(len(MATRIX.targets[t].platforms) for t in TARGETS)
+    assert all(p[1] in ("rendered", "deps-resolved") for p in platforms)  # a listing proves no install
+    assert "linux/amd64  rendered       lock unverified (needs https://download.pytorch.org/whl/cpu)" in proc.stdout
 
 
 def test_unknown_target_lists_valid_ones():

@@ -15,6 +15,7 @@ from xcforge.matrix import load_matrix
 from xcforge.plan import DIST_DIR, BuildOptions, make_plan
 from xcforge.render import render_target
 from xcforge.site import load_site
+from xcforge.verification import lock_status
 
 
 def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -73,6 +74,15 @@ def _list(args: argparse.Namespace) -> int:
             engine += f" + {target.plugin.name} {target.plugin.version}"
         platforms = ",".join(target.archs)
         print(f"{name:<{width}}  {platforms:<13}  {engine:<40}  {target.description}")
+        # What the committed lock proves per platform (the first rung of the verification ladder);
+        # builds and smoke tests raise it (report.json says how far each image got).
+        for platform in target.platforms:
+            status, note = lock_status(matrix, target, platform)
+            level = "deps-resolved" if status in ("locked", "partial") else "rendered"
+            detail = f"lock {status}" + (f" ({note})" if note else "")
+            if status == "partial":
+                detail += " (engine locked, plugin resolved at build time)"
+            print(f"{'':<{width}}    {platform:<12} {level:<14} {detail}")
     return 0
 
 

@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import shlex
+import shutil
 import sys
 import traceback
 from collections.abc import Callable, Mapping, Sequence
@@ -24,6 +25,7 @@ from xcforge_engine.errors import EngineError, UsageError
 from xcforge_engine.health import DEFAULT_TIMEOUT, check_health, health_url
 from xcforge_engine.host import Host
 from xcforge_engine.image import ImageFacts, load_image_facts
+from xcforge_engine.install_check import check_install
 from xcforge_engine.presets import BACKENDS, load_presets
 from xcforge_engine.serve import log_plan, parse_serve_args, plan_serve, require_engine, write_state
 from xcforge_engine.software import Software, detect_software
@@ -34,10 +36,14 @@ usage: xcforge-engine [--debug] [serve] [--preset NAME] [--dry-run] [vLLM argume
        xcforge-engine [--debug] healthcheck [--timeout SECONDS] [--port N | --url URL]
        xcforge-engine [--debug] presets [NAME] [--backend BACKEND] [--json]
        xcforge-engine [--debug] version [--json]
+       xcforge-engine [--debug] check-install [--no-write]
+       xcforge-engine PROGRAM [ARGS...]      (any program on PATH, in the vendor's environment)
 
 Arguments that do not start with a subcommand are serve's: vLLM's own arguments, passed through
-unchanged (a leading model path becomes --model). Exit codes: 0 ok, 1 unhealthy or internal error,
-2 usage, 3 preflight/doctor error, 4 no engine in this image (stand-in build).
+unchanged (a leading model path becomes --model); a first argument that names a program on PATH
+(`docker run IMAGE python3 -c ...`) runs that program instead. Exit codes: 0 ok, 1 unhealthy or
+internal error, 2 usage, 3 preflight/doctor error, 4 no engine in this image (stand-in build),
+5 check-install failed.
 Set XCFORGE_DEBUG=1 (or --debug) to see tracebacks."""
 
 
@@ -239,13 +245,28 @@ def _preset_detail(row: dict) -> str:
     return "\n".join(lines)
 
 
+def _check_install(launcher: Launcher, argv: Sequence[str]) -> int:
+    return check_install(launcher.env, list(argv))
+
+
 COMMANDS: dict[str, Callable[[Launcher, Sequence[str]], int]] = {
+    "check-install": _check_install,
     "serve": Launcher.serve,
     "doctor": Launcher.doctor,
     "healthcheck": Launcher.healthcheck,
     "presets": Launcher.presets,
     "version": Launcher.version,
 }
+
+
+def _is_program(word: str) -> bool:
+    """A program to run rather than a serve argument: not an option, and found on PATH (or a path
+    to an executable file). A model directory given as the first serve argument is not executable."""
+    if word.startswith("-"):
+        return False
+    if "/" in word:
+        return os.path.isfile(word) and os.access(word, os.X_OK)
+    return shutil.which(word) is not None
 
 
 def main(
@@ -266,6 +287,14 @@ def main(
         return 0
     if args and args[0] in COMMANDS:
         command, rest = COMMANDS[args[0]], args[1:]
+    elif args and _is_program(args[0]):
+        # `docker run IMAGE python3 -c ...`: the image's entrypoint has already sourced the vendor's
+        # environment scripts, so the program sees what our launcher sees.
+        try:
+            os.execvp(args[0], args)
+        except OSError as exc:
+            log.error(f"cannot run {args[0]}: {exc.strerror or exc}")
+            return 126
     else:
         command, rest = Launcher.serve, args
     try:

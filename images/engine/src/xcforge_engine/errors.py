@@ -40,3 +40,10 @@ class EngineMissing(EngineError):
     """The image holds no usable vLLM (a stand-in build, XCFORGE_ENGINE_INSTALL=skip)."""
 
     exit_code = 4
+
+
+class InstallCheckFailed(EngineError):
+    """check-install: the engine this image claims does not import, has another version, or its
+    plugin or dependencies are broken (fails the image build)."""
+
+    exit_code = 5

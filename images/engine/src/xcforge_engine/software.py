@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import platform
+import re
 from dataclasses import dataclass, field
 from importlib import metadata
 
@@ -43,6 +44,7 @@ class Software:
     vllm_distribution: str | None = None
     vllm: str | None = None
     torch: str | None = None
+    torch_cuda: str | None = None  # the CUDA torch was built for (cuda backend)
     vllm_importable: bool = False
     extras: dict[str, str | None] = field(default_factory=dict)
 
@@ -53,8 +55,29 @@ class Software:
             "vllm_distribution": self.vllm_distribution,
             "vllm_importable": self.vllm_importable,
             "torch": self.torch,
+            "torch_cuda": self.torch_cuda,
             **self.extras,
         }
+
+
+def torch_build_cuda() -> str | None:
+    """The CUDA torch was compiled for ("13.0"), read from torch/version.py without importing torch.
+
+    This, not the base image's CUDA_VERSION, is what the host driver must support: PyPI's torch
+    brings its own CUDA runtime wheels, whatever the base says."""
+    try:
+        spec = importlib.util.find_spec("torch")
+    except (ImportError, ValueError):
+        return None
+    for location in (spec.submodule_search_locations or []) if spec else []:
+        try:
+            with open(f"{location}/version.py", encoding="utf-8") as fh:
+                text = fh.read()
+        except OSError:
+            continue
+        match = re.search(r"^cuda(?:: \S+)?\s*=\s*['\"]([0-9.]+)['\"]", text, re.M)
+        return match.group(1) if match else None
+    return None
 
 
 def detect_software(backend: str) -> Software:
@@ -68,6 +91,7 @@ def detect_software(backend: str) -> Software:
         vllm_distribution=vllm_dist,
         vllm=dist_version(vllm_dist) if vllm_dist else None,
         torch=dist_version("torch"),
+        torch_cuda=torch_build_cuda() if backend == "cuda" else None,
         vllm_importable=importable,
         extras={name: dist_version(name) for name in BACKEND_DISTRIBUTIONS.get(backend, ())},
     )

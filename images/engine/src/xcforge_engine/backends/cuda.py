@@ -32,11 +32,15 @@ def driver_version(host: Host) -> str | None:
 
 
 def runtime_version(env: Mapping[str, str], software: Software) -> str | None:
-    """The CUDA the image's engine was built for: the base image's CUDA_VERSION, else torch's +cuXYZ."""
-    if env.get("CUDA_VERSION"):
-        return env["CUDA_VERSION"]
+    """The CUDA the engine runs on: what torch was built for (its own runtime wheels), else torch's
+    +cuXYZ, else the base image's CUDA_VERSION. The base's value alone can say OK on a driver too
+    old for the torch the image actually carries."""
+    if software.torch_cuda:
+        return software.torch_cuda
     match = re.search(r"\+cu(\d+)(\d)$", software.torch or "")
-    return f"{match.group(1)}.{match.group(2)}" if match else None
+    if match:
+        return f"{match.group(1)}.{match.group(2)}"
+    return env.get("CUDA_VERSION") or None
 
 
 class CudaBackend:

@@ -1,0 +1,173 @@
+"""`xcforge-engine check-install`: prove at build time that the image's engine is what it claims.
+
+Run as the last build step (and again by the smoke test): vLLM imports under the image's own
+environment, its version is the matrix's, the plugin's entry point is registered where the plugin
+was installed, and `pip check` is clean except for the exceptions the matrix accepts (each with
+its reason). The result goes to /etc/xcforge/verification.json with the verification level this
+build reached; a failed check fails the build. Steps skipped on a stand-in are recorded with their
+reason, never reported as passed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from importlib import metadata
+
+from xcforge_engine import log
+from xcforge_engine.errors import InstallCheckFailed
+
+VERIFICATION_JSON = "/etc/xcforge/verification.json"
+IMAGE_JSON = "/etc/xcforge/image.json"
+INSTALL_JSON = "/etc/xcforge/install.json"
+INSTALL_SPEC_JSON = "/etc/xcforge/install-spec.json"
+# Build-time levels in order; smoke adds served-cpu and device-tested (xcforge/verification.py).
+LEVELS = ("rendered", "deps-resolved", "engine-installed", "plugin-installed")
+
+
+@dataclass
+class Check:
+    name: str
+    status: str  # ok | failed | skipped
+    detail: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"name": self.name, "status": self.status, "detail": self.detail}
+
+
+@dataclass
+class InstallReport:
+    checks: list[Check] = field(default_factory=list)
+    level: str = "rendered"
+
+    def add(self, name: str, status: str, detail: str) -> None:
+        self.checks.append(Check(name, status, detail))
+        (log.info if status != "failed" else log.error)(f"check-install: {name}: {status}: {detail}")
+
+    @property
+    def failed(self) -> list[Check]:
+        return [c for c in self.checks if c.status == "failed"]
+
+
+def _read_json(path: str) -> dict:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            loaded = json.load(fh)
+    except (OSError, ValueError):
+        return {}
+    return loaded if isinstance(loaded, dict) else {}
+
+
+def _public(version: str) -> str:
+    return version.split("+", 1)[0]
+
+
+def _import_engine(timeout: float) -> tuple[bool, str]:
+    """Import vLLM in a child (it takes tens of seconds and may crash): (ok, version or reason)."""
+    code = "import vllm, sys; sys.stdout.write(vllm.__version__)"
+    try:
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return False, f"`import vllm` did not finish in {timeout:.0f} s"
+    if proc.returncode != 0:
+        tail = [line for line in proc.stderr.strip().splitlines() if line.strip()][-1:] or [f"exit {proc.returncode}"]
+        return False, f"`import vllm` failed: {tail[0][:300]}"
+    return True, proc.stdout.strip()
+
+
+def pip_check_problems(allowed: list[str], omitted: list[str]) -> tuple[list[str], list[str]]:
+    """(unexpected lines, accepted lines) of `pip check`."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "check"], capture_output=True, text=True, env={**os.environ, "PIP_NO_INPUT": "1"}
+    )
+    lines = [line.strip() for line in proc.stdout.splitlines() if line.strip() and "No broken requirements" not in line]
+    omitted_re = [re.compile(rf"requires {re.escape(name)}\b", re.I) for name in omitted]
+    allowed_re = [re.compile(pattern) for pattern in allowed]
+    unexpected, accepted = [], []
+    for line in lines:
+        if any(r.search(line) for r in allowed_re + omitted_re):
+            accepted.append(line)
+        else:
+            unexpected.append(line)
+    return unexpected, accepted
+
+
+def run_check(
+    env: Mapping[str, str], *, timeout: float = 900.0, write: str | None = VERIFICATION_JSON
+) -> InstallReport:
+    image = _read_json(IMAGE_JSON)
+    # What the build did (xcforge-install-engine) over what the matrix says (install-spec.json).
+    install = {**_read_json(INSTALL_SPEC_JSON), **_read_json(INSTALL_JSON)}
+    report = InstallReport()
+    deps = install.get("lock_status") or "unlocked"
+    report.level = "deps-resolved" if deps in ("locked", "partial") else "rendered"
+
+    if (image.get("engine_install") or "full") == "skip":
+        report.add("engine", "skipped", install.get("engine_reason") or "engine install skipped for this platform")
+    else:
+        ok, found = _import_engine(timeout)
+        expected = env.get("XCFORGE_ENGINE_VERSION") or image.get("engine_version") or ""
+        if not ok:
+            report.add("import", "failed", found)
+        elif _public(found) != _public(expected):
+            report.add("import", "failed", f"vllm {found} imported, the matrix says {expected}")
+        else:
+            report.add("import", "ok", f"vllm {found} imports (python {sys.version.split()[0]})")
+        allowed = install.get("pip_check_allow") or []
+        # Removed on purpose (remove_packages, with the reason in matrix.yaml) or left out by the site.
+        absent = [*(install.get("removed") or []), *(install.get("omitted") or [])]
+        unexpected, accepted = pip_check_problems(allowed, absent)
+        if unexpected:
+            report.add("pip-check", "failed", "; ".join(unexpected[:5]))
+        else:
+            detail = "clean" if not accepted else f"clean but for {len(accepted)} accepted: " + "; ".join(accepted)
+            report.add("pip-check", "ok", detail)
+        if not report.failed:
+            report.level = "engine-installed"
+        plugin, entry = image.get("plugin") or "", install.get("plugin_entry_point") or ""
+        if plugin and (image.get("plugin_install") or "full") == "skip":
+            report.add("plugin", "skipped", install.get("plugin_reason") or f"{plugin} install skipped")
+        elif plugin:
+            names = {ep.name for ep in metadata.entry_points(group="vllm.platform_plugins")}
+            if entry in names:
+                report.add("plugin", "ok", f"{plugin} registers vllm.platform_plugins:{entry}")
+                if not report.failed:
+                    report.level = "plugin-installed"
+            else:
+                report.add(
+                    "plugin", "failed", f"no vllm.platform_plugins entry point '{entry}' (found: {sorted(names)})"
+                )
+        elif not report.failed:
+            report.level = "plugin-installed"  # nothing to install: the level passes
+    for name in install.get("omitted") or []:
+        report.add(f"omitted:{name}", "skipped", install.get("index_only_reason") or "left out by the site")
+    if write:
+        payload = {
+            "schema": 1,
+            "level": report.level,
+            "levels": list(LEVELS),
+            "checks": [c.as_dict() for c in report.checks],
+            "lock": install.get("lock"),
+            "lock_status": deps,
+            "python": sys.version.split()[0],
+        }
+        os.makedirs(os.path.dirname(write), exist_ok=True)
+        with open(write, "w", encoding="utf-8") as fh:
+            json.dump(payload, fh, indent=2, sort_keys=True)
+            fh.write("\n")
+    return report
+
+
+def check_install(env: Mapping[str, str], argv: list[str]) -> int:
+    write = None if "--no-write" in argv else VERIFICATION_JSON
+    report = run_check(env, write=write)
+    if report.failed:
+        lines = [f"check-install: {c.name}: {c.detail}" for c in report.failed]
+        raise InstallCheckFailed(lines[0], more=lines[1:])
+    print(f"check-install: verification level {report.level}")
+    return 0

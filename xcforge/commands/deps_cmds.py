@@ -1,0 +1,59 @@
+"""`deps`: resolve every target's dependency sets and write the committed locks (or check them)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from xcforge import deps
+from xcforge.commands._drift import report_drift
+from xcforge.commands._targets import add_target_arguments, selected_targets
+from xcforge.site import SiteConfig, load_site
+
+
+def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    parser = subparsers.add_parser(
+        "deps",
+        parents=[common],
+        help="resolve each target/platform/Python's dependencies and write images/<target>/locks/ "
+        "(--check: offline drift check; --dry-run: resolve and report only)",
+    )
+    add_target_arguments(parser)
+    parser.add_argument("--check", action="store_true", help="change nothing; exit 4 if a lock is out of date")
+    parser.add_argument("--dry-run", action="store_true", help="resolve and report; write nothing")
+    parser.add_argument(
+        "--site",
+        type=Path,
+        help="resolve through a site's mirrors and wheelhouse (default: the matrix's own indexes, as "
+        "production builds use them; the machine's stand-in default is ignored here)",
+    )
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    matrix, targets = selected_targets(args)
+    if args.check:
+        return report_drift(
+            deps.check(matrix, targets), what="dependency locks", fix="python build.py deps --all", root=matrix.root
+        )
+    site = load_site(args.site) if args.site else SiteConfig()
+    probe = deps.IndexProbe(site)
+    resolver = deps.uv_version()
+    all_results: list[deps.SetResult] = []
+    changes: list[str] = []
+    for target in targets:
+        results = [deps.resolve_set(lset, site, probe) for lset in deps.lock_sets(matrix, target)]
+        for result in results:
+            print(deps.format_line(result), flush=True)
+        all_results += results
+        if not args.dry_run and not any(r.status == "conflict" for r in results):
+            changes += deps.write(matrix, target, results, resolver)
+    for line in changes:
+        print(f"changed  {line}")
+    counts = {s: sum(r.status == s for r in all_results) for s in ("locked", "partial", "unverified", "conflict")}
+    print(
+        f"{counts['locked']} locked, {counts['partial']} partial (plugin unverified), "
+        f"{counts['unverified']} UNVERIFIED, {counts['conflict']} conflicts"
+    )
+    deps.raise_on_conflict(all_results)
+    return 0

@@ -1,0 +1,96 @@
+"""How far each image and platform was proven: one ladder for every report, label and listing.
+
+    rendered → deps-resolved → engine-installed → plugin-installed → served-cpu → device-tested
+
+`rendered`: the Dockerfile exists (always). `deps-resolved`: the committed lock for that platform is
+locked or partial (`python build.py deps`). `engine-installed` / `plugin-installed`: the build
+installed them and check-install proved them (a target without a plugin passes that rung).
+`served-cpu`: the smoke test served a model on the CPU. `device-tested`: the smoke test ran on the
+real accelerator (hardware runners). A stand-in never claims a rung it skipped: every skip is named
+with its reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from xcforge import deps
+from xcforge.matrix import Matrix, Target
+
+LEVELS = ("rendered", "deps-resolved", "engine-installed", "plugin-installed", "served-cpu", "device-tested")
+
+
+def rank(level: str) -> int:
+    return LEVELS.index(level) if level in LEVELS else 0
+
+
+def higher(a: str, b: str) -> str:
+    return a if rank(a) >= rank(b) else b
+
+
+def _skipped_on(mode: str, arch: str) -> bool:
+    return mode == "skip" or mode == f"skip-{arch}"
+
+
+@dataclass
+class PlatformVerification:
+    platform: str
+    level: str
+    lock: str  # the lock's status for the vendor's Python: locked | partial | unverified | missing
+    skipped: list[str] = field(default_factory=list)  # "step: reason"
+
+    def as_dict(self) -> dict:
+        return {"platform": self.platform, "level": self.level, "lock": self.lock, "skipped": self.skipped}
+
+
+def lock_status(matrix: Matrix, target: Target, platform: str) -> tuple[str, str]:
+    """(the set's status, what its engine side needs: "" when locked)."""
+    entry = deps.set_status(matrix, target, platform)
+    if entry is None:
+        return "missing", "run `python build.py deps`"
+    engine = str(entry.get("engine") or "")
+    return entry.get("status", "missing"), "" if engine == "locked" else engine.removeprefix("unverified: ")
+
+
+def planned(
+    matrix: Matrix,
+    target: Target,
+    platforms: tuple[str, ...],
+    *,
+    engine_install: str,
+    plugin_install: str,
+    vendor_packages: str = "full",
+    omitted: tuple[str, ...] = (),
+) -> list[PlatformVerification]:
+    """The level a successful build reaches per platform (check-install fails the build otherwise)."""
+    out = []
+    for platform in platforms:
+        arch = platform.split("/", 1)[1]
+        status, engine_note = lock_status(matrix, target, platform)
+        level = "deps-resolved" if status in ("locked", "partial") else "rendered"
+        skipped: list[str] = []
+        if status not in ("locked", "partial"):
+            skipped.append(f"lock: {status} ({engine_note})")
+        if _skipped_on(engine_install, arch):
+            why = engine_note or "the site skips it (skip_engine_install)"
+            skipped.append(f"engine: skipped ({why})")
+        else:
+            level = "engine-installed"
+            if target.plugin is None:
+                level = "plugin-installed"
+            elif _skipped_on(plugin_install, arch):
+                skipped.append(f"plugin: skipped ({target.plugin.needs_vendor})")
+            else:
+                level = "plugin-installed"
+        if target.vendor_system_packages and _skipped_on(vendor_packages, arch):
+            skipped.append("vendor apt packages: skipped (only the vendor base has their apt repository)")
+        skipped += [
+            f"{name}: left out (its build is only on {', '.join(target.engine.extra_index_urls)})" for name in omitted
+        ]
+        out.append(PlatformVerification(platform, level, status, skipped))
+    return out
+
+
+def label_value(verifications: list[PlatformVerification]) -> str:
+    """`linux/amd64=engine-installed linux/arm64=rendered`: one label for a multi-platform build."""
+    return " ".join(f"{v.platform}={v.level}" for v in verifications)
