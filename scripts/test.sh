@@ -9,6 +9,7 @@ export PATH="$PWD/.venv/bin:/usr/bin:$PATH"
 ruff check .
 ruff format --check .
 python build.py render --all --check
+python build.py deps --all --check
 python build.py workflows --check
 python build.py deploy --examples --check
 exec python -m pytest --docker --slow -q -p no:cacheprovider "$@"

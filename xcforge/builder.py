@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote, urlsplit, urlunsplit
 
-from xcforge import ci, image_inspect
+from xcforge import ci, deps, image_inspect
 from xcforge.buildx import RETRYABLE, annotations, buildx_command, failure_reason, output_spec, say, stream_buildx
 from xcforge.docker_env import DockerEnvironment, check_docker
 from xcforge.engine_wheel import ensure_engine_wheel
@@ -92,6 +92,7 @@ def _context_hashes(plan: BuildPlan, engine_hash: str) -> dict[str, str]:
         "support": hash_tree(plan.named_contexts["support"]),
         "wheels": hash_tree(wheels, contents=False) if wheels.exists() else "none",
         "context": hash_tree(plan.context),
+        "sdists": hash_tree(plan.named_contexts["sdists"]) if plan.named_contexts["sdists"].exists() else "none",
     }
 
 
@@ -311,7 +312,26 @@ def _prepare_contexts(matrix: Matrix, plans: list[BuildPlan]) -> tuple[Path, str
         wheels = plan.named_contexts["wheels"]
         if not wheels.exists():
             wheels.mkdir(parents=True, exist_ok=True)
+        _prepare_sdists(matrix, plan)
     return engine_dir, engine_hash
+
+
+def _prepare_sdists(matrix: Matrix, plan: BuildPlan) -> None:
+    """The engine sdist of a source-empty target into its build context (hash-checked against the
+    lock), so the image installs it by path: pip checks a requirement's version against the
+    metadata, which vLLM releases before 0.23 suffix with `+empty`."""
+    target = plan.target
+    work = plan.named_contexts["sdists"]
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True, exist_ok=True)
+    if target.engine.install != "source-empty" or plan.engine_install == "skip":
+        return
+    pin = deps.engine_sdist_pin(matrix, target)  # without a lock: the index's file and hash
+    version, sha256 = pin or (plan.engine_version, None)
+    index = plan.site.pip.index_url or deps.PYPI
+    path, sha256 = deps.fetch_sdist(plan.site, index, target.engine.package, version, sha256)
+    shutil.copyfile(path, work / path.name)
+    (work / "SHA256SUMS").write_text(f"{sha256}  {path.name}\n")
 
 
 def _check_rendered(matrix: Matrix, plans: list[BuildPlan]) -> None:

@@ -185,6 +185,22 @@ class _Links(html.parser.HTMLParser):
 
 def sdist_member(site: SiteConfig, index: str, package: str, version: str, member: str) -> tuple[str, str]:
     """(text of `member` in the package's sdist, the sdist's sha256), read through a hash-checked cache."""
+    path, sha256 = fetch_sdist(site, index, package, version)
+    with tarfile.open(path) as tar:
+        top = tar.getnames()[0].split("/", 1)[0]
+        try:
+            extracted = tar.extractfile(f"{top}/{member}")
+        except KeyError:
+            extracted = None
+        if extracted is None:
+            raise ConfigError(f"{path.name}: has no {member}; fix the matrix's requirements file name")
+        return extracted.read().decode(), sha256
+
+
+def fetch_sdist(
+    site: SiteConfig, index: str, package: str, version: str, sha256: str | None = None
+) -> tuple[Path, str]:
+    """The package's sdist from the index, through a cache keyed and checked by its sha256."""
     normal = re.sub(r"[-_.]+", "-", package).lower()
     page_url = f"{index.rstrip('/')}/{normal}/"
     try:
@@ -200,6 +216,11 @@ def sdist_member(site: SiteConfig, index: str, package: str, version: str, membe
         url, _, fragment = href.partition("#")
         filename = urllib.parse.unquote(url.rsplit("/", 1)[-1])
         if wanted.match(filename) and fragment.startswith("sha256="):
+            if sha256 and fragment.removeprefix("sha256=") != sha256:
+                raise EnvironmentProblem(
+                    f"{page_url}: {filename} has sha256 {fragment.removeprefix('sha256=')}, the lock says {sha256}; "
+                    "regenerate the lock (`python build.py deps`) if the index is right"
+                )
             sha256 = fragment.removeprefix("sha256=")
             path = _CACHE / "sdists" / sha256 / filename
             if not path.exists():
@@ -211,12 +232,7 @@ def sdist_member(site: SiteConfig, index: str, package: str, version: str, membe
                 if hashlib.sha256(data).hexdigest() != sha256:
                     raise EnvironmentProblem(f"{full}: sha256 does not match the index's; not used")
                 path.write_bytes(data)
-            with tarfile.open(path) as tar:
-                top = tar.getnames()[0].split("/", 1)[0]
-                extracted = tar.extractfile(f"{top}/{member}")
-                if extracted is None:
-                    raise ConfigError(f"{filename}: has no {member}; fix the matrix's requirements file name")
-                return extracted.read().decode(), sha256
+            return path, sha256
     raise ConfigError(f"{page_url}: no sdist {package}-{version}.tar.gz on the index; check the version in matrix.yaml")
 
 
@@ -421,6 +437,15 @@ def _finish(result: SetResult, status: str, text: str, needs: list[str]) -> SetR
 
 
 # --------------------------------------------------------------------------- files
+
+
+def engine_sdist_pin(matrix: Matrix, target: Target) -> tuple[str, str] | None:
+    """(version, sha256) of the engine sdist a source-empty target's lock pins, if it has one."""
+    path = deps_path(matrix, target).parent / "engine-sdist.txt"
+    if target.engine.install != "source-empty" or not path.exists():
+        return None
+    m = re.search(r"^\S+==(\S+) --hash=sha256:([0-9a-f]{64})$", path.read_text(), re.M)
+    return (m.group(1), m.group(2)) if m else None
 
 
 def deps_path(matrix: Matrix, target: Target) -> Path:

@@ -249,6 +249,8 @@ def make_plan(matrix: Matrix, target: Target, site: SiteConfig, options: BuildOp
         "engine": work / "engine",  # the xcforge-engine wheel, built by the builder before each build
         "support": matrix.images_dir / "support",
         "wheels": wheelhouse if wheelhouse else work / "empty-wheelhouse",
+        # The engine sdist a source-empty target builds, fetched and hash-checked by the builder.
+        "sdists": work / "sdists" / target.name,
     }
     secrets: list[SecretSource] = []
     if site.ca_bundle:

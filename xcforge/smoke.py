@@ -437,6 +437,10 @@ def smoke_results(results, request) -> bool:
         checks = run_smoke(subject)
         result.smoke = [asdict(c) for c in checks]
         failed = [c for c in checks if c.status == FAIL]
+        # A served completion raises that platform to served-cpu (device smoke: device-tested).
+        for check in checks:
+            if check.check.startswith("serve") and check.status == PASS:
+                result.raise_level(check.platform, "device-tested" if subject.device_flags else "served-cpu")
         if failed:
             ok = False
             result.error_code = 9

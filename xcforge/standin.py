@@ -77,18 +77,30 @@ COPY layout/ /
 VENV_DOCKERFILE = """\
 RUN python3 -m venv {venv}
 """
+# A vendor base whose venv ships torch (Cambricon's) gets the machine's wheelhouse torch in its
+# stand-in venv (with its dependencies from PyPI), where no emulation is needed: the engine side
+# then installs against a torch as it would on the vendor base. Not Cambricon's torch build.
+TORCH_DOCKERFILE = """\
+RUN --mount=type=bind,from=wheels,target=/wheels --mount=type=secret,id=ca.pem,required=false \\
+    whl=$(ls /wheels/torch-*-cp3*-*"$(uname -m)".whl 2>/dev/null | sort -V | tail -n 1); \\
+    if [ -n "$whl" ] && [ "$(uname -m)" = x86_64 ]; then \\
+        if [ -s /run/secrets/ca.pem ]; then export PIP_CERT=/run/secrets/ca.pem; fi; \\
+        {venv}/bin/pip install --no-cache-dir --disable-pip-version-check "$whl"; \\
+    else echo "stand-in: no torch for $(uname -m) in the wheelhouse"; fi
+"""
 
 
 @dataclass(frozen=True)
 class Layout:
     env_scripts: tuple[str, ...] = ()
     venv: str | None = None
+    torch: bool = False  # the vendor's venv ships torch
 
     @property
     def key(self) -> str:
         if not self.env_scripts and not self.venv:
             return ""
-        blob = json.dumps([self.env_scripts, self.venv]).encode()
+        blob = json.dumps([self.env_scripts, self.venv, self.torch]).encode()
         return "+layout-" + hashlib.sha256(blob).hexdigest()[:12]
 
     def dockerfile(self) -> str:
@@ -97,9 +109,12 @@ class Layout:
             text += LAYOUT_DOCKERFILE
         if self.venv:
             text += VENV_DOCKERFILE.format(venv=self.venv)
+            if self.torch:
+                text += TORCH_DOCKERFILE.format(venv=self.venv)
         return text + 'CMD ["bash"]\n'
 
     def write(self, context: Path) -> None:
+        (context / "layout").mkdir(exist_ok=True)
         for script in self.env_scripts:
             path = script.split()[0]
             stub = context / "layout" / path.lstrip("/")
@@ -108,6 +123,7 @@ class Layout:
                 f"# xcforge stand-in for {path} (the vendor's environment script): it only records that it ran.\n"
                 f'export XCFORGE_STANDIN_SOURCED="${{XCFORGE_STANDIN_SOURCED:+$XCFORGE_STANDIN_SOURCED:}}{path}"\n'
             )
+            os.utime(stub, (0, 0))  # the same layer digest every time it is rebuilt
 
 
 _INDEX_TYPES = (
@@ -510,14 +526,29 @@ def build_standin(
             f"Debian {SUITE} minbase with {', '.join(PACKAGES)}; not the vendor image",
             "--tag", target,
             "--push",
-            str(context),
         ]  # fmt: skip
+        if layout.torch:
+            wheels, ca = _standin_wheelhouse()
+            argv += ["--build-context", f"wheels={wheels or context / 'layout'}"]
+            if ca:
+                argv += ["--secret", f"id=ca.pem,src={ca}"]
+        argv.append(str(context))
         result = run(argv, check=False)
     if result.returncode != 0:
         raise EnvironmentProblem(
             f"docker buildx build of the stand-in for {qualified} failed (exit {result.returncode})"
         )
     return target
+
+
+def _standin_wheelhouse() -> tuple[Path | None, Path | None]:
+    """The stand-in site's wheelhouse and CA bundle (sites/standin.yaml), where they exist."""
+    from xcforge.site import STANDIN_SITE, load_site
+
+    site = load_site(STANDIN_SITE)
+    wheels = site.wheelhouse if site.wheelhouse and site.wheelhouse.is_dir() else None
+    ca = site.ca_bundle if site.ca_bundle and site.ca_bundle.is_file() else None
+    return wheels, ca
 
 
 def matrix_layouts(matrix_path: Path) -> dict[str, Layout]:
@@ -529,7 +560,9 @@ def matrix_layouts(matrix_path: Path) -> dict[str, Layout]:
     layouts: dict[str, Layout] = {}
     for target in load_matrix(matrix_path).targets.values():
         venv = None if target.python.create_venv else target.python.venv
-        layouts[normalize_ref(target.base.image)] = Layout(tuple(target.base.env_scripts), venv)
+        layouts[normalize_ref(target.base.image)] = Layout(
+            tuple(target.base.env_scripts), venv, torch=venv is not None and "torch" in target.base.provides
+        )
     return layouts
 
 

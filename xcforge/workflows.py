@@ -267,10 +267,14 @@ def ci_workflow(matrix: Matrix) -> dict:
             "Generated files agree with matrix.yaml",
             """
             python build.py render --all --check
+            python build.py deps --all --check
             python build.py workflows --check
             python build.py deploy --examples --check
             """,
         ),
+        # Every target/platform/Python resolved again against the live indexes, without a build:
+        # a conflict fails (exit 10); an unreachable vendor index is reported UNVERIFIED, never a pass.
+        _run("Dependency resolution (every target, platform and Python)", "python build.py deps --all --dry-run"),
         _run("hadolint (rendered Dockerfiles)", "hadolint images/*/Dockerfile"),
         _run(
             "Workflow schema",

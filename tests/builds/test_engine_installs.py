@@ -97,3 +97,28 @@ def test_doctor_reports_the_real_versions(ascend):
     report = json.loads(proc.stdout)
     assert report["software"]["torch"] == "2.10.0" and report["software"]["torch-npu"] == "2.10.0.post4"
     assert report["software"]["vllm"] == "0.23.0"
+
+
+@pytest.fixture(scope="module")
+def mlu(tmp_path_factory):
+    dist = tmp_path_factory.mktemp("dist-mlu")
+    proc = cli("--target", "mlu", "--site", str(SITE), "--dist", str(dist), timeout=3600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads((dist / "report.json").read_text())["results"][0]
+
+
+def test_mlu_engine_side_goes_into_the_vendor_venv(mlu):
+    """vLLM 0.11.0's empty build (no VLLM_VERSION_OVERRIDE in that release: installed by path) lands
+    in Cambricon's own venv, next to the base's torch, which the lock never reinstalls."""
+    (level,) = mlu["verification"]
+    assert level["level"] == "engine-installed"
+    assert any(s.startswith("plugin: skipped (vllm-mlu, torch-mlu") for s in level["skipped"])
+    ref = mlu["refs"][0]
+    code = "import vllm, torch; print(vllm.__file__); print(torch.__version__)"
+    proc = _run(ref, "python", "-c", code, platform="linux/amd64")
+    assert proc.returncode == 0, proc.stderr
+    vllm_file, torch_version = proc.stdout.split()[-2:]
+    assert vllm_file.startswith("/torch/venv3/pytorch_infer/lib/")
+    lock = (REPO / "images" / "mlu" / "locks" / "amd64-py311.txt").read_text()
+    assert "\ntorch==" not in lock  # the base provides torch: never in the lock, never reinstalled
+    assert torch_version.endswith("+cpu")  # the stand-in's torch (the wheelhouse's), not Cambricon's

@@ -35,6 +35,9 @@ def fake_vllm(tmp_path, monkeypatch, version: str, *, broken: bool = False):
     (pkg / "__init__.py").write_text(
         "raise ImportError('libtorch missing')\n" if broken else f"__version__ = {version!r}\n"
     )
+    (pkg / "engine").mkdir()
+    (pkg / "engine" / "__init__.py").write_text("")
+    (pkg / "engine" / "arg_utils.py").write_text("class EngineArgs: pass\n")
     monkeypatch.setenv("PYTHONPATH", str(tmp_path / "site"))
 
 

@@ -49,7 +49,9 @@ def test_dockerfile_essentials(name):
     ):
         assert label in text
     target = MATRIX.targets[name]
-    engine = f"xcforge-install-engine {target.engine.install} {target.engine.package} {MATRIX.engine_version(target)}"
+    engine = (
+        f"xcforge-install-engine deps {target.engine.install} {target.engine.package} {MATRIX.engine_version(target)}"
+    )
     assert engine in text
     assert "--mount=type=bind,source=locks,target=/xcforge/locks" in text  # the committed lock
     assert "RUN xcforge-env xcforge-engine check-install" in text  # the build proves its engine
@@ -63,7 +65,7 @@ def test_layer_order_least_to_most_changing(name):
         text.index("apt-get install"),
         text.index("useradd"),
         text.index("-m venv" if MATRIX.targets[name].python.create_venv else "test -x"),
-        text.index(f"xcforge-install-engine {MATRIX.targets[name].engine.install} "),
+        text.index(f"xcforge-install-engine deps {MATRIX.targets[name].engine.install} "),
         text.index("/tmp/xcforge-engine/*.whl"),
         text.index("/etc/xcforge/image.json"),
         text.index("LABEL"),

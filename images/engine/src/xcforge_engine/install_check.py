@@ -67,17 +67,39 @@ def _public(version: str) -> str:
     return version.split("+", 1)[0]
 
 
-def _import_engine(timeout: float) -> tuple[bool, str]:
-    """Import vLLM in a child (it takes tens of seconds and may crash): (ok, version or reason)."""
-    code = "import vllm, sys; sys.stdout.write(vllm.__version__)"
-    try:
-        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return False, f"`import vllm` did not finish in {timeout:.0f} s"
-    if proc.returncode != 0:
-        tail = [line for line in proc.stderr.strip().splitlines() if line.strip()][-1:] or [f"exit {proc.returncode}"]
-        return False, f"`import vllm` failed: {tail[0][:300]}"
-    return True, proc.stdout.strip()
+STANDIN_FILE = "/etc/xcforge-stand-in"
+_AUTOLOAD_FAILED = "Failed to load the backend extension"
+
+
+def _import_engine(timeout: float) -> tuple[bool, str, str]:
+    """Import vLLM in a child (it takes tens of seconds and may crash): (ok, version or reason, note).
+
+    torch auto-loads an installed device backend (torch_npu) on import, which needs the vendor's
+    libraries. On a stand-in base, which has none, the import is retried with the autoload off and
+    says so; on a vendor base a failing backend is a failure."""
+    # `import vllm` alone is lazy; the engine arguments pull in torch, transformers and vLLM's
+    # config, which is where a wrong pin (transformers too new for the release) shows.
+    code = "import sys, vllm; from vllm.engine.arg_utils import EngineArgs; sys.stdout.write(vllm.__version__)"
+    env = dict(os.environ)
+    note = ""
+    for attempt in (1, 2):
+        try:
+            proc = subprocess.run(
+                [sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout, env=env
+            )
+        except subprocess.TimeoutExpired:
+            return False, f"`import vllm` did not finish in {timeout:.0f} s", note
+        if proc.returncode == 0:
+            return True, proc.stdout.strip(), note
+        lines = [line for line in proc.stderr.strip().splitlines() if line.strip()]
+        if attempt == 1 and _AUTOLOAD_FAILED in proc.stderr and os.path.exists(STANDIN_FILE):
+            cause = next((line.strip() for line in lines if "ImportError" in line), lines[-1] if lines else "")
+            note = f" with torch's device-backend autoload off (stand-in base: {cause[:160]})"
+            env["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
+            continue
+        tail = lines[-1:] or [f"exit {proc.returncode}"]
+        return False, f"`import vllm` failed: {tail[0][:300]}", note
+    return False, "`import vllm` failed", note
 
 
 def pip_check_problems(allowed: list[str], omitted: list[str]) -> tuple[list[str], list[str]]:
@@ -110,14 +132,14 @@ def run_check(
     if (image.get("engine_install") or "full") == "skip":
         report.add("engine", "skipped", install.get("engine_reason") or "engine install skipped for this platform")
     else:
-        ok, found = _import_engine(timeout)
+        ok, found, note = _import_engine(timeout)
         expected = env.get("XCFORGE_ENGINE_VERSION") or image.get("engine_version") or ""
         if not ok:
             report.add("import", "failed", found)
         elif _public(found) != _public(expected):
             report.add("import", "failed", f"vllm {found} imported, the matrix says {expected}")
         else:
-            report.add("import", "ok", f"vllm {found} imports (python {sys.version.split()[0]})")
+            report.add("import", "ok", f"vllm {found} imports (python {sys.version.split()[0]}){note}")
         allowed = install.get("pip_check_allow") or []
         # Removed on purpose (remove_packages, with the reason in matrix.yaml) or left out by the site.
         absent = [*(install.get("removed") or []), *(install.get("omitted") or [])]
