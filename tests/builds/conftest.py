@@ -21,7 +21,7 @@ REGISTRY = os.environ.get("XCFORGE_TEST_REGISTRY", "127.0.0.1:5000")
 SITE = REPO / "sites" / "standin.yaml"
 # The stand-in site with every engine step skipped: for the build/push/sign/merge machinery, which
 # does not need minutes of pip per build. Real installs: test_engine_installs.py, test_cpu_engine.py.
-SKELETON_SITE = Path(__file__).with_name("skeleton-site.yaml")
+SKELETON_SITE = REPO / "sites" / "skeleton.yaml"
 
 
 def cli(*args: str, env: dict | None = None, cwd: Path = REPO, timeout: int = 3600) -> subprocess.CompletedProcess:

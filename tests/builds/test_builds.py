@@ -1,7 +1,7 @@
 """Real multi-architecture builds against the local registry (docker-marked).
 
 Stand-in bases stand for the vendor images (reports say so). These tests exercise the build, push,
-sign and merge machinery, so they use a skeleton site (skeleton-site.yaml) that skips the engine
+sign and merge machinery, so they use a skeleton site (sites/skeleton.yaml) that skips the engine
 steps; the reports then say "rendered"/"deps-resolved", never more. The real engine installs on
 stand-ins are test_engine_installs.py (ascend arm64) and test_cpu_engine.py (cpu amd64).
 """

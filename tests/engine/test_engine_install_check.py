@@ -104,3 +104,19 @@ def test_a_program_on_path_runs_instead_of_serve(monkeypatch):
     monkeypatch.setattr("os.execvp", lambda prog, args: called.update(prog=prog, args=args))
     main([sys.executable, "-c", "pass"], env={})
     assert called["prog"] == sys.executable and called["args"][1:] == ["-c", "pass"]
+
+
+def test_vendor_library_missing_falls_back_only_on_a_stand_in(etc, tmp_path, monkeypatch):
+    fake_vllm(tmp_path, monkeypatch, "0.23.0")
+    arg_utils = tmp_path / "site" / "vllm" / "engine" / "arg_utils.py"
+    arg_utils.write_text("raise ImportError('libhccl.so: cannot open shared object file: No such file or directory')\n")
+    etc["write"](IMAGE_JSON=FULL, INSTALL_SPEC_JSON={"pip_check_allow": [".*"]})
+    monkeypatch.setattr(install_check, "STANDIN_FILE", str(tmp_path / "no-such-file"))
+    report = install_check.run_check({})
+    assert [c.status for c in report.checks if c.name == "import"] == ["failed"]  # a vendor base: a failure
+    marker = tmp_path / "xcforge-stand-in"
+    marker.write_text("quay.io/ascend/cann:9.1.0\n")
+    monkeypatch.setattr(install_check, "STANDIN_FILE", str(marker))
+    report = install_check.run_check({})
+    (check,) = [c for c in report.checks if c.name == "import"]
+    assert check.status == "ok" and "stand-in base without the vendor's libhccl.so" in check.detail

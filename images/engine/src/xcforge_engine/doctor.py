@@ -26,6 +26,7 @@ from xcforge_engine.cpuinfo import read_cpuinfo
 from xcforge_engine.errors import EngineError, PreflightFailed
 from xcforge_engine.host import Host
 from xcforge_engine.image import ImageFacts
+from xcforge_engine.isa import isa_finding
 from xcforge_engine.limits import format_cpulist, numa_nodes, read_limits, shm_size, size_text
 from xcforge_engine.modelinfo import local_model, model_problems
 from xcforge_engine.software import Software
@@ -44,7 +45,9 @@ def build_report(
     shm_bytes, shm_source = shm_size(host)
     versions = backend.versions(host, env, software)
 
+    isa_check, isa_block = isa_finding(host, image)
     findings: list[Finding] = [
+        isa_check,
         engine_finding(image, software),
         *backend.checks(host, env, image),
         *backend.compat(versions),
@@ -78,7 +81,7 @@ def build_report(
         "backend": {"name": backend.name, "title": backend.title, "why": backend_why},
         "host": {
             "arch": host.arch(),
-            "cpu": {"vendor": cpu.vendor, "model": cpu.model, "features": cpu.features()},
+            "cpu": {"vendor": cpu.vendor, "model": cpu.model, "features": cpu.features(), "isa": isa_block},
             "cgroup_version": limits.cgroup_version,
             "memory": {
                 "limit_bytes": memory.limit_bytes,

@@ -60,6 +60,12 @@ class Host:
             return False
         return stat.S_ISCHR(mode) if self.strict_devices else not stat.S_ISDIR(mode)
 
+    def read_bytes(self, container_path: str) -> bytes | None:
+        try:
+            return self.path(container_path).read_bytes()
+        except OSError:
+            return None
+
     def read_text(self, container_path: str) -> str | None:
         try:
             return self.path(container_path).read_text(encoding="utf-8", errors="replace")

@@ -27,6 +27,10 @@ FIELDS = (
     "base_image",
     "base_digest",
     "engine_install",
+    # What the image's binaries need of the CPU (matrix.yaml cpu_isa, for this platform).
+    "cpu_requires",
+    "cpu_isa",
+    "cpu_instead",
 )
 
 
@@ -46,6 +50,9 @@ class ImageFacts:
     base_image: str | None = None
     base_digest: str | None = None
     engine_install: str | None = None
+    cpu_requires: str | None = None  # space-separated feature names (auxv/cpuinfo spelling)
+    cpu_isa: str | None = None  # what they amount to, e.g. "ARMv8.2-A with LSE atomics and dotprod"
+    cpu_instead: str | None = None  # the image to use on a CPU without them
     # Where each set field came from: "env" or the image.json path.
     sources: dict[str, str] = field(default_factory=dict)
 

