@@ -11,6 +11,9 @@ from xcforge_engine import install_check
 from xcforge_engine.cli import main
 
 
+FULL = {"engine_install": "full", "engine_version": "0.23.0"}
+
+
 @pytest.fixture()
 def etc(tmp_path, monkeypatch):
     files = {}
