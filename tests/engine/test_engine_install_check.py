@@ -10,7 +10,6 @@ import pytest
 from xcforge_engine import install_check
 from xcforge_engine.cli import main
 
-
 FULL = {"engine_install": "full", "engine_version": "0.23.0"}
 
 
