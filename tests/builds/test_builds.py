@@ -277,3 +277,26 @@ def test_split_builds_merge_into_one_index(project, prefix, tmp_path):
     assert _platforms(index) == {"linux/amd64", "linux/arm64"}
     assert (index.get("annotations") or {}).get("io.xcforge.target") == "ascend"
     assert len([t for t in tags(repo) if not t.startswith("buildcache")]) == 2
+
+
+def test_isa_gate_under_emulated_cpu_models(tmp_path):
+    """QEMU_CPU picks the emulated core; the launcher reads its HWCAP from auxv and refuses ARMv8.0
+    (Phytium FT-2000+/64 class) for the vllm-cpu image in one line, before torch could SIGILL."""
+    dist = tmp_path / "dist"
+    proc = cli("--target", "cpu", "--platform", "linux/arm64", "--site", str(SITE), "--dist", str(dist))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    ref = _report(dist)["cpu"]["refs"][0]
+    for model, refused in (("cortex-a57", True), ("cortex-a72", True), ("neoverse-n1", False)):
+        run = subprocess.run(
+            ["/usr/bin/docker", "run", "--rm", "--init", "--platform", "linux/arm64", "-e", f"QEMU_CPU={model}",
+             ref, "doctor", "--json"],
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        isa = json.loads(run.stdout)["host"]["cpu"]["isa"]
+        assert isa["source"] == "auxv", (model, isa)
+        if refused:
+            assert run.returncode == 3 and isa["level"] == "armv8.0-a"
+            assert {"atomics", "asimddp"} <= set(isa["missing"]), (model, isa)
+            assert "lacks atomics" in run.stdout and "llama.cpp built for armv8-a" in run.stdout
+        else:
+            assert isa["missing"] == [] and isa["level"] == "armv8.2-a", isa

@@ -72,8 +72,10 @@ STANDIN_FILE = "/etc/xcforge-stand-in"
 
 # `import vllm` alone is lazy; the engine arguments pull in torch, transformers and vLLM's config,
 # which is where a wrong pin (transformers too new for the release) shows.
-_DEEP = "import sys, vllm; from vllm.engine.arg_utils import EngineArgs; sys.stdout.write(vllm.__version__)"
-_SHALLOW = "import sys, vllm; sys.stdout.write(vllm.__version__)"
+# vLLM logs to stdout on import: the version comes on a line of its own, after a marker.
+_MARK = "xcforge-engine-version="
+_DEEP = f"import vllm; from vllm.engine.arg_utils import EngineArgs; print('\\n{_MARK}' + vllm.__version__)"
+_SHALLOW = f"import vllm; print('\\n{_MARK}' + vllm.__version__)"
 # A device library of the vendor's that a stand-in base cannot have (torch_npu needs CANN's).
 _VENDOR_LIBRARY = re.compile(r"(lib[\w.+-]+\.so[\w.]*): cannot open shared object file")
 
@@ -83,7 +85,8 @@ def _python(code: str, timeout: float, env: Mapping[str, str]) -> tuple[int | No
         proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
         return None, "", f"did not finish in {timeout:.0f} s"
-    return proc.returncode, proc.stdout.strip(), proc.stderr
+    marked = [line.removeprefix(_MARK) for line in proc.stdout.splitlines() if line.startswith(_MARK)]
+    return proc.returncode, (marked[-1] if marked else proc.stdout.strip()), proc.stderr
 
 
 def _import_engine(timeout: float) -> tuple[bool, str, str]:
