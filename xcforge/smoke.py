@@ -98,7 +98,7 @@ def check_metadata(subject: SmokeSubject, config: dict, platform: str) -> list[S
     user = f"{target.runtime.user.uid}:{target.runtime.user.gid}"
     expectations = {
         "metadata.user": (cfg.get("User"), user),
-        "metadata.entrypoint": (cfg.get("Entrypoint"), ["/usr/bin/tini", "--", "xcforge-engine"]),
+        "metadata.entrypoint": (cfg.get("Entrypoint"), ["/usr/bin/tini", "--", "xcforge-env", "xcforge-engine"]),
         "metadata.cmd": (cfg.get("Cmd"), ["serve"]),
         "metadata.exposed_port": (sorted(cfg.get("ExposedPorts") or {}), [f"{target.runtime.port}/tcp"]),
         "metadata.healthcheck": (
