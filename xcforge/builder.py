@@ -187,6 +187,12 @@ def build_one(plan: BuildPlan, env: DockerEnvironment, engine_dir: Path, engine_
     result = _result(plan, "failed", base_digest=base_digest, base_kind=base_kind, fingerprint=fingerprint)
     if base_kind == "stand-in":
         result.notes.append(f"built on a stand-in for {plan.base_original}, not the vendor base")
+        python = plan.target.python
+        if python.standin_version and python.standin_version != python.version:
+            result.notes.append(
+                f"stand-in Python {python.standin_version} (Debian) instead of the vendor's {python.version}: "
+                f"installed from the py{python.standin_version.replace('.', '')} locks, not the production ones"
+            )
     if plan.engine_install != "full":
         result.notes.append(f"engine install: {plan.engine_install} (the vendor engine cannot be installed here)")
     if base_kind == "stand-in" and plan.engine_install == "full":
