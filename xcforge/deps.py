@@ -380,7 +380,6 @@ def resolve_set(lset: LockSet, site: SiteConfig, probe: IndexProbe) -> SetResult
         if t.plugin and t.plugin.source == "wheelhouse":
             plugin_note = f"unverified: needs a wheelhouse with {t.plugin.name} {t.plugin.version} (vendor SDK)"
         plugin_reqs = plugin_requirements(lset, site, index)
-        joint = None
         if plugin_reqs:
             joint_indexes = [u for u in dict.fromkeys(engine_indexes + plugin_indexes) if u not in unreachable]
             joint = _resolve(lset, engine_reqs + plugin_reqs, joint_indexes, site, work)
@@ -397,11 +396,8 @@ def resolve_set(lset: LockSet, site: SiteConfig, probe: IndexProbe) -> SetResult
         result.plugin = plugin_note
         if engine.ok:
             result.engine = "locked"
-            needs = (
-                [u for u in unreachable if u in plugin_indexes] if plugin_note.startswith("unverified: needs h") else []
-            )
-            status = "partial" if t.plugin else "locked"
-            return _finish(result, status, engine.text, needs)
+            needs = [u for u in unreachable if u in plugin_indexes]
+            return _finish(result, "partial" if t.plugin else "locked", engine.text, needs)
         engine_missing = [u for u in engine_indexes if u in unreachable]
         if engine_missing:
             result.engine = f"unverified: needs {', '.join(engine_missing)}"
