@@ -160,12 +160,7 @@ def tags_for(matrix: Matrix, target: Target, revision: str) -> tuple[str, ...]:
 
 def engine_install_mode(target: Target, site: SiteConfig, platforms: tuple[str, ...]) -> str:
     """`skip` where the site cannot install the vendor engine (stand-in bases without the SDK)."""
-    skipped = set()
-    for entry in site.skip_engine_install:
-        name, _, platform = entry.partition(":")
-        if name == target.name:
-            skipped.add(platform or "*")
-    return step_mode(skipped, platforms)
+    return step_mode(site.skipped(target.name, "engine"), platforms)
 
 
 def step_mode(skipped: set[str] | tuple[str, ...], platforms: tuple[str, ...]) -> str:

@@ -82,12 +82,13 @@ class SiteConfig(_Frozen):
         return v
 
     def skipped(self, target: str, step: str) -> tuple[str, ...]:
-        """The platforms (or '*') on which `step` of `target` is skipped."""
+        """The platforms (or '*') on which `step` (engine, plugin, vendor-packages) of `target` is skipped."""
+        entries = (f"{e.partition(':')[0]}:engine:{e.partition(':')[2]}" for e in self.skip_engine_install)
         found = []
-        for entry in self.skip_steps:
+        for entry in (*entries, *self.skip_steps) if step == "engine" else self.skip_steps:
             name, entry_step, *platform = entry.split(":", 2)
             if name == target and entry_step == step:
-                found.append(platform[0] if platform else "*")
+                found.append(platform[0] if platform and platform[0] else "*")
         return tuple(found)
 
     @field_validator("mirrors")
