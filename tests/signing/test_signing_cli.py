@@ -113,3 +113,43 @@ def test_verify_target_reads_the_build_report(keys, registry, tmp_path, capsys):
     assert main(["verify", "--target", "cpu", "--report", str(tmp_path / "dist"), *trusted]) == 0
     assert f"OK: {img.ref}" in capsys.readouterr().out
     assert main(["verify", "--target", "ascend", "--report", str(tmp_path / "dist"), *trusted]) == 2
+
+
+def test_verify_trusts_the_named_private_keys_own_public_half(keys, registry, tmp_path, monkeypatch, capsys):
+    """--sm2-key/--cosign-key FILE with a private key: that file's public half, never the key in
+    $XCFORGE_SM2_KEY / $XCFORGE_COSIGN_KEY (which once silently won)."""
+    client = RegistryClient(registry.address)
+    img = push_synthetic_image(client, "team/named")
+    other = tmp_path / "other"
+    assert main(["keygen", "--sm2", "--cosign", "--out", str(other)]) == 0
+    assert main(["sign", img.ref, "--sm2-key", str(other / "sm2.key"), "--cosign-key", str(other / "cosign.key")]) == 0
+    monkeypatch.setenv("XCFORGE_SM2_KEY", (other / "sm2.key").read_text())  # the signer's key
+    monkeypatch.setenv("XCFORGE_COSIGN_KEY", (other / "cosign.key").read_text())
+    capsys.readouterr()
+    # the operator names *their* keys (private files): the signature by `other` must not pass
+    assert main(["verify", img.ref, "--sm2-key", str(keys / "sm2.key"), "--cosign-key", str(keys / "cosign.key")]) == 8
+    verdicts = [line.split()[0] for line in capsys.readouterr().out.splitlines() if line.strip()]
+    assert "VALID" not in verdicts, verdicts
+    assert (
+        main(["verify", img.ref, "--sm2-key", str(other / "sm2.key"), "--cosign-key", str(other / "cosign.key")]) == 0
+    )
+
+
+def test_an_empty_password_never_writes_an_unencrypted_key(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("XCFORGE_SM2_PASSWORD", "")
+    monkeypatch.setenv("XCFORGE_COSIGN_PASSWORD", "")
+    for scheme in ("--sm2", "--cosign"):
+        out = tmp_path / scheme.strip("-")
+        assert main(["keygen", scheme, "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert "is empty: that would write an unencrypted private key" in err and "--no-password" in err
+        assert not out.exists() or not any(out.iterdir())
+
+
+def test_a_no_password_cosign_key_loads_whatever_the_variable_holds(tmp_path, registry, monkeypatch):
+    monkeypatch.setenv("XCFORGE_AUDIT_LOG", str(tmp_path / "audit.log.jsonl"))
+    assert main(["keygen", "--cosign", "--no-password", "--out", str(tmp_path / "k")]) == 0
+    monkeypatch.setenv("XCFORGE_COSIGN_PASSWORD", "for-another-key")
+    img = push_synthetic_image(RegistryClient(registry.address), "team/nopass")
+    assert main(["sign", img.ref, "--cosign-key", str(tmp_path / "k" / "cosign.key")]) == 0
+    assert main(["verify", img.ref, "--cosign-key", str(tmp_path / "k" / "cosign.pub")]) == 0

@@ -134,17 +134,31 @@ def _key_bytes(path: Path | None, env: str, what: str) -> tuple[bytes, str] | No
     return None
 
 
+def _require_password(password: str | None, env: str, no_password: bool) -> None:
+    """Only --no-password writes a key without a password: an empty variable or answer is refused."""
+    if no_password:
+        return
+    if password is None:
+        raise ConfigError(f"set {env} or run in a terminal (or pass --no-password for tests)")
+    if password == "":
+        raise ConfigError(
+            f"{env} is empty: that would write an unencrypted private key; set a password, or pass "
+            "--no-password if an unencrypted key is what you want"
+        )
+
+
 def _is_encrypted(data: bytes) -> bool:
     return b"ENCRYPTED" in data[:200] or b"Proc-Type: 4,ENCRYPTED" in data
 
 
 def load_sm2_signing_key(path: Path | None):
+    found = _key_bytes(path, SM2_KEY_ENV, "SM2 key")
+    return None if found is None else _sm2_private(*found)
+
+
+def _sm2_private(data: bytes, source: str):
     from signing.sm2_keys import load_sm2_private_key
 
-    found = _key_bytes(path, SM2_KEY_ENV, "SM2 key")
-    if found is None:
-        return None
-    data, source = found
     password = None
     if _is_encrypted(data):
         password = _password(SM2_PASSWORD_ENV, f"SM2 key {source}")
@@ -154,21 +168,29 @@ def load_sm2_signing_key(path: Path | None):
 
 
 def load_cosign_signing_key(path: Path | None):
+    found = _key_bytes(path, COSIGN_KEY_ENV, "cosign key")
+    return None if found is None else _cosign_private(*found)
+
+
+def _cosign_private(data: bytes, source: str):
     from signing.cosign_keys import SIGSTORE_LABELS, load_cosign_private_key
 
-    found = _key_bytes(path, COSIGN_KEY_ENV, "cosign key")
-    if found is None:
-        return None
-    data, source = found
     password = None
+    sealed = any(label.encode() in data for label in SIGSTORE_LABELS)
     if _is_encrypted(data):
         password = _password(COSIGN_PASSWORD_ENV, f"cosign key {source}")
-        # cosign lets a key be sealed with an empty password; try that before giving up.
-        if password is None and any(label.encode() in data for label in SIGSTORE_LABELS):
+        # cosign lets a key be sealed with an empty password (keygen --no-password); try that before
+        # giving up, also when the password variable holds something else (it belongs to another key).
+        if password is None and sealed:
             password = ""
         if password is None:
             raise SigningError(f"{source} is encrypted: set {COSIGN_PASSWORD_ENV} (no terminal to ask on)")
-    return load_cosign_private_key(data, password, source=source)
+    try:
+        return load_cosign_private_key(data, password, source=source)
+    except SigningError:
+        if not (sealed and password):
+            raise
+        return load_cosign_private_key(data, "", source=source)
 
 
 def _public_keys(paths: list[Path], env: str, scheme: str) -> list:
@@ -180,8 +202,8 @@ def _public_keys(paths: list[Path], env: str, scheme: str) -> list:
         blobs = [(os.environ[env].encode(), f"${env}")]
     keys = []
     for data, source in blobs:
-        if b"PRIVATE KEY" in data:  # a private key in the environment: trust its public half
-            loaded = load_sm2_signing_key(None) if scheme == "sm2" else load_cosign_signing_key(None)
+        if b"PRIVATE KEY" in data:  # a private key given (file or variable): trust its own public half
+            loaded = _sm2_private(data, source) if scheme == "sm2" else _cosign_private(data, source)
             keys.append(loaded.public_key)
         elif scheme == "sm2":
             keys.append(load_sm2_public_key(data, source=source))
@@ -221,16 +243,14 @@ def run_keygen(args: argparse.Namespace) -> int:
     made = []
     if args.sm2:
         password = None if args.no_password else _password(SM2_PASSWORD_ENV, "the new SM2 key", confirm=True)
-        if password is None and not args.no_password:
-            raise ConfigError(f"set {SM2_PASSWORD_ENV} or run in a terminal (or pass --no-password for tests)")
+        _require_password(password, SM2_PASSWORD_ENV, args.no_password)
         key = Sm2PrivateKey.generate()
         _write_private(args.out / "sm2.key", key.to_pem(password or None), args.force)
         _write_public(args.out / "sm2.pub", key.public_key.to_pem(), args.force)
         made.append(("sm2", key.key_id, args.out / "sm2.key", args.out / "sm2.pub"))
     if args.cosign:
         password = None if args.no_password else _password(COSIGN_PASSWORD_ENV, "the new cosign key", confirm=True)
-        if password is None and not args.no_password:
-            raise ConfigError(f"set {COSIGN_PASSWORD_ENV} or run in a terminal (or pass --no-password for tests)")
+        _require_password(password, COSIGN_PASSWORD_ENV, args.no_password)
         key = CosignPrivateKey.generate()
         _write_private(args.out / "cosign.key", key.to_cosign_pem(password or ""), args.force)
         _write_public(args.out / "cosign.pub", key.public_key.to_pem(), args.force)
