@@ -334,7 +334,7 @@ def _prepare_sdists(matrix: Matrix, plan: BuildPlan) -> None:
         return
     pin = deps.engine_sdist_pin(matrix, target)  # without a lock: the index's file and hash
     version, sha256 = pin or (plan.engine_version, None)
-    index = plan.site.pip.index_url or deps.PYPI
+    index = deps.index_of(plan.site)
     path, sha256 = deps.fetch_sdist(plan.site, index, target.engine.package, version, sha256)
     shutil.copyfile(path, work / path.name)
     (work / "SHA256SUMS").write_text(f"{sha256}  {path.name}\n")

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
 
 from xcforge.errors import ConfigError, DependencyConflict, EnvironmentProblem
 from xcforge.matrix import Matrix, Target
@@ -149,9 +150,19 @@ class SetResult:
 # --------------------------------------------------------------------------- index access
 
 
-def _ssl_context(site: SiteConfig) -> ssl.SSLContext:
+def index_of(site: SiteConfig) -> str:
+    """The primary index: the site's mirror, else PyPI."""
+    return site.pip.index_url or PYPI
+
+
+def _ca_file(site: SiteConfig) -> str | None:
+    """The CA bundle for index requests (the site's, else the machine's), if there is one."""
     cafile = site.ca_bundle or os.environ.get("SSL_CERT_FILE") or "/etc/ssl/certs/ca-certificates.crt"
-    return ssl.create_default_context(cafile=str(cafile) if Path(cafile).exists() else None)
+    return str(cafile) if Path(cafile).exists() else None
+
+
+def _ssl_context(site: SiteConfig) -> ssl.SSLContext:
+    return ssl.create_default_context(cafile=_ca_file(site))
 
 
 class IndexProbe:
@@ -197,11 +208,23 @@ def sdist_member(site: SiteConfig, index: str, package: str, version: str, membe
         return extracted.read().decode(), sha256
 
 
+_FETCHED: dict[tuple[str, str, str], tuple[Path, str]] = {}
+
+
 def fetch_sdist(
     site: SiteConfig, index: str, package: str, version: str, sha256: str | None = None
 ) -> tuple[Path, str]:
-    """The package's sdist from the index, through a cache keyed and checked by its sha256."""
-    normal = re.sub(r"[-_.]+", "-", package).lower()
+    """The package's sdist from the index, through a cache keyed and checked by its sha256 (the
+    index page is read once per run: every platform and Python of a target asks for the same file)."""
+    key = (index, canonicalize_name(package), version)
+    if key in _FETCHED and (sha256 is None or _FETCHED[key][1] == sha256):
+        return _FETCHED[key]
+    _FETCHED[key] = _fetch_sdist(site, index, package, version, sha256)
+    return _FETCHED[key]
+
+
+def _fetch_sdist(site: SiteConfig, index: str, package: str, version: str, sha256: str | None) -> tuple[Path, str]:
+    normal = canonicalize_name(package)
     page_url = f"{index.rstrip('/')}/{normal}/"
     try:
         with urllib.request.urlopen(page_url, timeout=60, context=_ssl_context(site)) as response:
@@ -293,7 +316,7 @@ def _resolve(lset: LockSet, requirements: list[str], indexes: list[str], site: S
         "--python-version", lset.python,
         "--python-platform", lset.python_platform,
         "--generate-hashes", "--emit-index-annotation", "--no-header", "--quiet",
-        "--index-url", site.pip.index_url or PYPI,
+        "--index-url", index_of(site),
     ]  # fmt: skip
     for url in indexes:
         argv += ["--extra-index-url", url]
@@ -302,8 +325,9 @@ def _resolve(lset: LockSet, requirements: list[str], indexes: list[str], site: S
     for name in t.base.provides:
         argv += ["--no-emit-package", name]
     env = {**os.environ, "XDG_CONFIG_HOME": str(work), "UV_NO_PROGRESS": "1"}
-    if site.ca_bundle or Path("/etc/ssl/certs/ca-certificates.crt").exists():
-        env.setdefault("SSL_CERT_FILE", str(site.ca_bundle or "/etc/ssl/certs/ca-certificates.crt"))
+    cafile = _ca_file(site)
+    if cafile:
+        env.setdefault("SSL_CERT_FILE", cafile)
     echo(argv)
     proc = subprocess.run(argv, cwd=work, capture_output=True, text=True, env=env, check=False)
     if proc.returncode == 0:
@@ -312,7 +336,7 @@ def _resolve(lset: LockSet, requirements: list[str], indexes: list[str], site: S
 
 
 def _reason(stderr: str) -> str:
-    """uv's explanation condensed to one line (the first 'Because …' chain, or the last line)."""
+    """uv's explanation condensed to one line (box-drawing and hints dropped, at most 600 characters)."""
     lines = [re.sub(r"^[\s×╰─▶│]+", "", line).strip() for line in stderr.splitlines()]
     lines = [line for line in lines if line and not line.startswith(("hint:", "help:"))]
     text = " ".join(lines)
@@ -320,17 +344,12 @@ def _reason(stderr: str) -> str:
     return text[:600] or "uv failed without a message"
 
 
-def s_name(name: str) -> str:
-    """PEP 503 normal form."""
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
 def _pins(lock_text: str) -> dict[str, str]:
     pins = {}
     for line in lock_text.splitlines():
         m = re.match(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;\\]+)", line)
         if m:
-            pins[s_name(m.group(1))] = m.group(2)
+            pins[canonicalize_name(m.group(1))] = m.group(2)
     return pins
 
 
@@ -362,7 +381,7 @@ def plugin_requirements(lset: LockSet, site: SiteConfig, index: str) -> list[str
 
 def resolve_set(lset: LockSet, site: SiteConfig, probe: IndexProbe) -> SetResult:
     t = lset.target
-    index = site.pip.index_url or PYPI
+    index = index_of(site)
     if not probe.reachable(index):
         return SetResult(lset, "unverified", engine=f"unverified: needs {index}", needs=[index])
     engine_indexes = list(
@@ -413,7 +432,7 @@ def _finish(result: SetResult, status: str, text: str, needs: list[str]) -> SetR
     result.status, result.needs = status, needs
     pins = _pins(text)
     if result.engine_sdist_sha256:
-        pins[s_name(result.set.target.engine.package)] = result.set.engine_version
+        pins[canonicalize_name(result.set.target.engine.package)] = result.set.engine_version
     result.versions = {name: pins[name] for name in KEY_PACKAGES if name in pins}
     s = result.set
     header = [
@@ -514,18 +533,18 @@ def write(matrix: Matrix, target: Target, results: list[SetResult], resolver: st
             continue
         keep.add(path.name)
         new = _pins(r.lock_text)
-        if not path.exists():
+        if path.exists():
+            old = _pins(path.read_text())
+            for name in sorted(set(old) | set(new)):
+                if old.get(name) != new.get(name):
+                    changes.append(f"{target.name} {r.set.name}: {name} {old.get(name, '-')} → {new.get(name, '-')}")
+        else:
             changes.append(f"{target.name} {r.set.name}: new lock, {len(new)} pins")
-            path.write_text(r.lock_text, encoding="utf-8")
-            continue
-        old = _pins(path.read_text())
-        for name in sorted(set(old) | set(new)):
-            if old.get(name) != new.get(name):
-                changes.append(f"{target.name} {r.set.name}: {name} {old.get(name, '-')} → {new.get(name, '-')}")
         path.write_text(r.lock_text, encoding="utf-8")
     sdist = next((r.engine_sdist_sha256 for r in results if r.engine_sdist_sha256), None)
     if sdist:
-        # The build compiles this exact sdist (pip --require-hashes checks it).
+        # The build compiles this exact sdist: the builder fetches it by this hash into the `sdists`
+        # context, and the image checks it again (sha256sum -c) before building.
         keep.add("engine-sdist.txt")
         (lock_dir / "engine-sdist.txt").write_text(
             "# GENERATED by `python build.py deps`; the engine sdist built with VLLM_TARGET_DEVICE=empty.\n"

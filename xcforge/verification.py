@@ -43,6 +43,11 @@ class PlatformVerification:
         return {"platform": self.platform, "level": self.level, "lock": self.lock, "skipped": self.skipped}
 
 
+def lock_level(status: str) -> str:
+    """The rung a lock status reaches by itself."""
+    return "deps-resolved" if status in ("locked", "partial") else "rendered"
+
+
 def lock_status(matrix: Matrix, target: Target, platform: str) -> tuple[str, str]:
     """(the set's status, what its engine side needs: "" when locked)."""
     entry = deps.set_status(matrix, target, platform)
@@ -67,9 +72,9 @@ def planned(
     for platform in platforms:
         arch = platform.split("/", 1)[1]
         status, engine_note = lock_status(matrix, target, platform)
-        level = "deps-resolved" if status in ("locked", "partial") else "rendered"
+        level = lock_level(status)
         skipped: list[str] = []
-        if status not in ("locked", "partial"):
+        if level == "rendered":
             skipped.append(f"lock: {status} ({engine_note})")
         if _skipped_on(engine_install, arch):
             why = engine_note or "the site skips it (skip_engine_install)"

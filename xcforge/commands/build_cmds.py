@@ -15,7 +15,7 @@ from xcforge.matrix import load_matrix
 from xcforge.plan import DIST_DIR, BuildOptions, make_plan
 from xcforge.render import render_target
 from xcforge.site import load_site
-from xcforge.verification import lock_status
+from xcforge.verification import lock_level, lock_status
 
 
 def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -78,7 +78,7 @@ def _list(args: argparse.Namespace) -> int:
         # builds and smoke tests raise it (report.json says how far each image got).
         for platform in target.platforms:
             status, note = lock_status(matrix, target, platform)
-            level = "deps-resolved" if status in ("locked", "partial") else "rendered"
+            level = lock_level(status)
             detail = f"lock {status}" + (f" ({note})" if note else "")
             if status == "partial":
                 detail += " (engine locked, plugin resolved at build time)"
