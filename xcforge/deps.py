@@ -74,6 +74,9 @@ class LockSet:
     engine_version: str
     platform: str
     python: str
+    # The matrix's engine.fallback: the newest pairing PyPI alone serves, for sites without the
+    # engine's extra index (PyPI only; index-only packages left out).
+    fallback: bool = False
 
     @property
     def arch(self) -> str:
@@ -81,7 +84,17 @@ class LockSet:
 
     @property
     def name(self) -> str:
-        return f"{self.arch}-py{self.python.replace('.', '')}"
+        return f"{self.arch}-py{self.python.replace('.', '')}" + ("-pypi" if self.fallback else "")
+
+    @property
+    def engine_indexes(self) -> tuple[str, ...]:
+        return () if self.fallback else self.target.engine.extra_index_urls
+
+    @property
+    def dropped(self) -> tuple[str, ...]:
+        """Left out of the graph: removed packages, and (fallback) the index-only ones."""
+        e = self.target.engine
+        return (*e.remove_packages, *(e.index_only if self.fallback else ()))
 
     @property
     def lock_file(self) -> str:
@@ -102,8 +115,8 @@ class LockSet:
             "provides": t.base.provides,
             "engine": [t.engine.package, self.engine_version, t.engine.install, t.engine.source_requirements],
             "build_requirements": t.engine.build_requirements,
-            "engine_indexes": t.engine.extra_index_urls,
-            "remove": t.engine.remove_packages,
+            "engine_indexes": self.engine_indexes,
+            "remove": self.dropped,
             "plugin": t.plugin.model_dump(mode="json") if t.plugin else None,
         }
         blob = json.dumps(declared, sort_keys=True).encode()
@@ -111,11 +124,19 @@ class LockSet:
 
 
 def lock_sets(matrix: Matrix, target: Target) -> list[LockSet]:
-    return [
+    sets = [
         LockSet(target, matrix.engine_version(target), platform, python)
         for platform in target.platforms
         for python in target.python.lock_versions
     ]
+    fallback = target.engine.fallback
+    if fallback:
+        sets += [
+            LockSet(target, fallback.version, platform, python, fallback=True)
+            for platform in fallback.platforms
+            for python in target.python.lock_versions
+        ]
+    return sets
 
 
 @dataclass
@@ -135,6 +156,8 @@ class SetResult:
         return {
             "platform": s.platform,
             "python": s.python,
+            "fallback": s.fallback,
+            "engine_version": s.engine_version,
             "python_platform": s.python_platform,
             "status": self.status,
             "engine": self.engine,
@@ -297,7 +320,7 @@ def _resolve(lset: LockSet, requirements: list[str], indexes: list[str], site: S
     t = lset.target
     (work / "requirements.in").write_text("\n".join(requirements) + "\n")
     # A removed package (triton on CPU) is dropped from the graph, not installed and then deleted.
-    overrides = [f"{name} ; sys_platform == 'never'" for name in t.engine.remove_packages]
+    overrides = [f"{name} ; sys_platform == 'never'" for name in lset.dropped]
     (work / "overrides.txt").write_text("\n".join(overrides) + "\n")
     # What the vendor base ships counts as installed: pinned, with no dependencies of its own, and
     # never written to the lock.
@@ -384,9 +407,9 @@ def resolve_set(lset: LockSet, site: SiteConfig, probe: IndexProbe) -> SetResult
     index = index_of(site)
     if not probe.reachable(index):
         return SetResult(lset, "unverified", engine=f"unverified: needs {index}", needs=[index])
-    engine_indexes = list(
-        site.pip.extra_index_urls if site.pip.extra_index_urls is not None else t.engine.extra_index_urls
-    )
+    engine_indexes = list(site.pip.extra_index_urls if site.pip.extra_index_urls is not None else lset.engine_indexes)
+    if lset.fallback:
+        engine_indexes = []  # PyPI (the site's index) alone, by definition
     plugin_indexes = list(t.plugin.extra_index_urls) if t.plugin else []
     unreachable = [u for u in dict.fromkeys(engine_indexes + plugin_indexes) if not probe.reachable(u)]
     reachable_engine = [u for u in engine_indexes if u not in unreachable]
@@ -479,12 +502,18 @@ def read_deps(matrix: Matrix, target: Target) -> dict | None:
         ) from exc
 
 
-def set_status(matrix: Matrix, target: Target, platform: str, python: str | None = None) -> dict | None:
+def set_status(
+    matrix: Matrix, target: Target, platform: str, python: str | None = None, fallback: bool = False
+) -> dict | None:
     """The committed summary of one set (the vendor's Python unless `python` says otherwise)."""
     deps = read_deps(matrix, target) or {}
     python = python or target.python.version
     for entry in deps.get("sets", []):
-        if entry.get("platform") == platform and entry.get("python") == python:
+        if (
+            entry.get("platform") == platform
+            and entry.get("python") == python
+            and bool(entry.get("fallback")) == fallback
+        ):
             return entry
     return None
 
@@ -505,10 +534,10 @@ def check(matrix: Matrix, targets: list[Target]) -> list[DepsDrift]:
         if deps is None:
             results.append(DepsDrift(target.name, path, "missing"))
             continue
-        committed = {(e["platform"], e["python"]): e for e in deps.get("sets", [])}
+        committed = {(e["platform"], e["python"], bool(e.get("fallback"))): e for e in deps.get("sets", [])}
         status = "ok"
         for lset in lock_sets(matrix, target):
-            entry = committed.get((lset.platform, lset.python))
+            entry = committed.get((lset.platform, lset.python, lset.fallback))
             if (
                 entry is None
                 or entry.get("inputs") != lset.inputs_digest()
@@ -580,6 +609,8 @@ def format_line(r: SetResult) -> str:
     versions = " ".join(f"{k}={v}" for k, v in r.versions.items())
     status = r.status.upper() if r.status in ("unverified", "conflict") else r.status
     line = f"{s.target.name:7} {s.platform:12} py{s.python:5} {status:10} {versions}"
+    if s.fallback:
+        line += f"  (engine.fallback {s.engine_version}: PyPI only)"
     if r.engine and r.engine != "locked":
         line += f"\n{'':27}engine: {r.engine}"
     if r.plugin and r.plugin != "locked":

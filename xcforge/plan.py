@@ -73,6 +73,7 @@ class BuildPlan:
     dist_dir: Path = DIST_DIR
     plugin_install: str = "full"  # full | skip | skip-<arch>
     omitted: tuple[str, ...] = ()  # index-only packages this site cannot serve
+    fallback: tuple[str, ...] = ()  # platforms built with the matrix's engine.fallback pairing
     verification: tuple[PlatformVerification, ...] = ()  # what a successful build proves, per platform
 
     def archive_dir_for_digests(self) -> Path:
@@ -95,7 +96,12 @@ class BuildPlan:
         lines += [
             f"engine:        {self.target.engine.package} {self.engine_version}"
             + (f" + {self.target.plugin.name} {self.target.plugin.version}" if self.target.plugin else "")
-            + ("" if self.engine_install == "full" else f"  [engine install: {self.engine_install}]"),
+            + ("" if self.engine_install == "full" else f"  [engine install: {self.engine_install}]")
+            + "".join(
+                f"\n  {p}: engine.fallback {self.target.engine.fallback.version} (stand-in pairing)"
+                for p in self.fallback
+                if self.target.engine.fallback
+            ),
             f"output:        {self.output}" + (f" → {self.archive_path}" if self.archive_path else ""),
             "tags:" + "".join(f"\n  {ref}" for ref in self.refs),
             f"dockerfile:    {_rel(self.dockerfile)}",
@@ -175,6 +181,22 @@ def step_mode(skipped: set[str] | tuple[str, ...], platforms: tuple[str, ...]) -
     return "skip"
 
 
+def engine_fallback(matrix: Matrix, target: Target, site: SiteConfig, platforms: tuple[str, ...]) -> tuple[str, ...]:
+    """The platforms built here with the matrix's engine.fallback, as the site asks."""
+    wanted = site.fallback_platforms(target.name)
+    declared = target.engine.fallback.platforms if target.engine.fallback else ()
+    for platform in wanted:
+        if platform not in declared:
+            where = f"{site.path}: " if site.path else ""
+            raise ConfigError(
+                f"{where}engine_fallback: '{target.name}:{platform}': {matrix.path} declares no "
+                f"targets.{target.name}.engine.fallback for {platform}"
+                + (f" (it covers {', '.join(declared)})" if declared else "")
+                + "; remove the entry or add the pairing to the matrix"
+            )
+    return tuple(p for p in platforms if p in wanted)
+
+
 def make_plan(matrix: Matrix, target: Target, site: SiteConfig, options: BuildOptions) -> BuildPlan:
     platforms = options.platforms or target.platforms
     for platform in platforms:
@@ -204,6 +226,7 @@ def make_plan(matrix: Matrix, target: Target, site: SiteConfig, options: BuildOp
     plugin_mode = step_mode(site.skipped(target.name, "plugin"), platforms) if target.plugin else "full"
     if install_mode == "skip":
         plugin_mode = "skip"  # no engine, no plugin
+    fallback = engine_fallback(matrix, target, site, tuple(platforms))
     # Index-only packages (torchvision's CPU build) are left out where the site drops their index.
     omitted = tuple(target.engine.index_only) if not set(target.engine.extra_index_urls) <= set(extra_urls) else ()
     build_args = {
@@ -213,6 +236,10 @@ def make_plan(matrix: Matrix, target: Target, site: SiteConfig, options: BuildOp
         "EXTRA_INDEX_URLS": " ".join(extra_urls),
         "OMIT_PACKAGES": " ".join((*target.engine.remove_packages, *omitted)),
         "OMIT_INDEX_ONLY": " ".join(omitted),
+        # arch=version per platform built with the fallback pairing; its lock is <arch>-py<XY>-pypi.txt.
+        "ENGINE_FALLBACK": " ".join(
+            f"{p.split('/', 1)[1]}={target.engine.fallback.version}" for p in fallback if target.engine.fallback
+        ),
         "BUILD_REVISION": revision,
         "BUILD_CREATED": git_commit_time(),
         "BUILD_SOURCE": "https://github.com/xcforge/xcforge",
@@ -260,6 +287,7 @@ def make_plan(matrix: Matrix, target: Target, site: SiteConfig, options: BuildOp
         plugin_install=plugin_mode,
         vendor_packages=build_args.get("VENDOR_PACKAGES", "full"),
         omitted=omitted,
+        fallback=fallback,
     )
     build_args["XCFORGE_VERIFICATION"] = label_value(verification)
     archive = None
@@ -282,6 +310,7 @@ def make_plan(matrix: Matrix, target: Target, site: SiteConfig, options: BuildOp
         engine_install=install_mode,
         plugin_install=plugin_mode,
         omitted=omitted,
+        fallback=fallback,
         verification=tuple(verification),
         revision=revision,
         archive_path=archive,

@@ -65,6 +65,9 @@ class SiteConfig(_Frozen):
     # Other steps a stand-in cannot run, as target:step[:platform] with step plugin or
     # vendor-packages (the reason comes from the matrix: plugin.needs_vendor, the vendor's apt repo).
     skip_steps: tuple[str, ...] = ()
+    # target:platform entries built with the matrix's engine.fallback (the newest pairing PyPI alone
+    # serves) because this site cannot reach the engine's extra index; reports call it a stand-in.
+    engine_fallback: tuple[str, ...] = ()
     # Import/export BuildKit's layer cache from the registry (`<repo>:buildcache-<arch>`) when pushing.
     registry_cache: bool = True
     # Registry hosts reached over plain HTTP (127.0.0.0/8 always is).
@@ -80,6 +83,18 @@ class SiteConfig(_Frozen):
                     f"'{entry}': write target:step[:platform] with step one of {', '.join(SKIPPABLE_STEPS)}"
                 )
         return v
+
+    @field_validator("engine_fallback")
+    @classmethod
+    def _fallbacks(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        for entry in v:
+            name, _, platform = entry.partition(":")
+            if not name or not platform.startswith("linux/"):
+                raise ValueError(f"'{entry}': write target:platform, e.g. cpu:linux/arm64")
+        return v
+
+    def fallback_platforms(self, target: str) -> tuple[str, ...]:
+        return tuple(e.partition(":")[2] for e in self.engine_fallback if e.partition(":")[0] == target)
 
     def skipped(self, target: str, step: str) -> tuple[str, ...]:
         """The platforms (or '*') on which `step` (engine, plugin, vendor-packages) of `target` is skipped."""

@@ -48,9 +48,9 @@ def lock_level(status: str) -> str:
     return "deps-resolved" if status in ("locked", "partial") else "rendered"
 
 
-def lock_status(matrix: Matrix, target: Target, platform: str) -> tuple[str, str]:
+def lock_status(matrix: Matrix, target: Target, platform: str, fallback: bool = False) -> tuple[str, str]:
     """(the set's status, what its engine side needs: "" when locked)."""
-    entry = deps.set_status(matrix, target, platform)
+    entry = deps.set_status(matrix, target, platform, fallback=fallback)
     if entry is None:
         return "missing", "run `python build.py deps`"
     engine = str(entry.get("engine") or "")
@@ -66,14 +66,21 @@ def planned(
     plugin_install: str,
     vendor_packages: str = "full",
     omitted: tuple[str, ...] = (),
+    fallback: tuple[str, ...] = (),
 ) -> list[PlatformVerification]:
     """The level a successful build reaches per platform (check-install fails the build otherwise)."""
     out = []
     for platform in platforms:
         arch = platform.split("/", 1)[1]
-        status, engine_note = lock_status(matrix, target, platform)
+        status, engine_note = lock_status(matrix, target, platform, fallback=platform in fallback)
         level = lock_level(status)
         skipped: list[str] = []
+        if platform in fallback and target.engine.fallback:
+            # Installed and proven, but not the matrix's production pins: every report says so.
+            skipped.append(
+                f"engine pins: stand-in pairing {target.engine.package} {target.engine.fallback.version} "
+                f"instead of {matrix.engine_version(target)} ({target.engine.fallback.reason})"
+            )
         if level == "rendered":
             skipped.append(f"lock: {status} ({engine_note})")
         if _skipped_on(engine_install, arch):
@@ -89,8 +96,10 @@ def planned(
                 level = "plugin-installed"
         if target.vendor_system_packages and _skipped_on(vendor_packages, arch):
             skipped.append("vendor apt packages: skipped (only the vendor base has their apt repository)")
+        left_out = (*omitted, *(target.engine.index_only if platform in fallback else ()))
         skipped += [
-            f"{name}: left out (its build is only on {', '.join(target.engine.extra_index_urls)})" for name in omitted
+            f"{name}: left out (its build is only on {', '.join(target.engine.extra_index_urls)})"
+            for name in dict.fromkeys(left_out)
         ]
         out.append(PlatformVerification(platform, level, status, skipped))
     return out

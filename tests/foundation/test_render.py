@@ -50,7 +50,8 @@ def test_dockerfile_essentials(name):
         assert label in text
     target = MATRIX.targets[name]
     engine = (
-        f"xcforge-install-engine deps {target.engine.install} {target.engine.package} {MATRIX.engine_version(target)}"
+        f"xcforge-install-engine {'native' if target.engine.native_install else 'deps'} {target.engine.install} "
+        f"{target.engine.package} {MATRIX.engine_version(target)}"
     )
     assert engine in text
     assert "--mount=type=bind,source=locks,target=/xcforge/locks" in text  # the committed lock
@@ -59,13 +60,21 @@ def test_dockerfile_essentials(name):
 
 @pytest.mark.parametrize("name", TARGETS)
 def test_layer_order_least_to_most_changing(name):
+    target = MATRIX.targets[name]
     text = _text(name)
+    if target.engine.native_install:
+        # The build platform's stage comes first; the runtime stage copies its venv.
+        assert text.index("FROM --platform=$BUILDPLATFORM") < text.index("xcforge-install-engine native")
+        assert text.index("xcforge-install-engine native") < text.index("FROM ${BASE_IMAGE} AS runtime")
+        text = text[text.index("FROM ${BASE_IMAGE} AS runtime") :]
+    venv = "COPY --from=engine-native" if target.engine.native_install else "-m venv"
+    phase = "engine" if target.engine.native_install else "deps"
     order = [
         text.index("FROM ${BASE_IMAGE}"),
         text.index("apt-get install"),
         text.index("useradd"),
-        text.index("-m venv" if MATRIX.targets[name].python.create_venv else "test -x"),
-        text.index(f"xcforge-install-engine deps {MATRIX.targets[name].engine.install} "),
+        text.index(venv if target.python.create_venv else "test -x"),
+        text.index(f"xcforge-install-engine {phase} {target.engine.install} "),
         text.index("/tmp/xcforge-engine/*.whl"),
         text.index("/etc/xcforge/image.json"),
         text.index("LABEL"),

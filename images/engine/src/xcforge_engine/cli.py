@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from xcforge_engine import __version__, log
 from xcforge_engine.backends import resolve_backend
 from xcforge_engine.doctor import build_report, render_text
+from xcforge_engine.dtype_probe import subprocess_runner
 from xcforge_engine.environment import truthy
 from xcforge_engine.errors import EngineError, UsageError
 from xcforge_engine.health import DEFAULT_TIMEOUT, check_health, health_url
@@ -27,7 +28,14 @@ from xcforge_engine.host import Host
 from xcforge_engine.image import ImageFacts, load_image_facts
 from xcforge_engine.install_check import check_install
 from xcforge_engine.presets import BACKENDS, load_presets
-from xcforge_engine.serve import log_plan, parse_serve_args, plan_serve, require_engine, write_state
+from xcforge_engine.serve import (
+    log_plan,
+    parse_serve_args,
+    plan_serve,
+    prove_dtype,
+    require_engine,
+    write_state,
+)
 from xcforge_engine.software import Software, detect_software
 
 USAGE = """\
@@ -73,6 +81,8 @@ class Launcher:
         image, software = self.image, self.software()
         engine = image.engine_version or software.vllm or "?"
         plugin = f" + {image.plugin} {image.plugin_version or ''}".rstrip() if image.plugin else ""
+        if image.engine_fallback:
+            engine += f" (stand-in pairing; the production pin is {image.engine_pinned or '?'})"
         return (
             f"xcforge-engine {__version__}: target {image.target or '?'}, vLLM {engine}{plugin}, "
             f"revision {image.build_revision or '?'}"
@@ -98,6 +108,7 @@ class Launcher:
                 log.warning("no usable engine in this image: without --dry-run, serve would refuse to start")
             print(json.dumps(plan.as_dict(), indent=2))
             return 0
+        plan = prove_dtype(plan, subprocess_runner(plan.argv[0], plan.env), self.host.arch(), self.env)
         write_state(plan, self.env)
         log.info(f"exec: {shlex.join(plan.argv)}")
         try:
@@ -198,6 +209,8 @@ class Launcher:
             if image.base_image:
                 print(f"base_image: {image.base_image}{'@' + image.base_digest if image.base_digest else ''}")
             print(f"engine_install: {image.engine_install or '-'}")
+            if image.engine_fallback:
+                print(f"engine_fallback: {image.engine_fallback}")
             installed = ", ".join(f"{k} {v}" for k, v in facts["installed"].items() if v and k != "vllm_distribution")
             print(f"installed: {installed or 'no vLLM or torch'}")
         return 0

@@ -123,6 +123,8 @@ def render_text(report: Mapping[str, object]) -> str:
     shown += [f"revision={image['build_revision']}"] if image.get("build_revision") else []
     shown += [f"engine_install={image['engine_install']}"] if image.get("engine_install") else []
     lines.append(f"image     {' '.join(shown) or '(no XCFORGE_* facts: not an xcforge image?)'}")
+    if image.get("engine_fallback"):
+        lines.append(f"pins      {image['engine_fallback']}")
     if image.get("base_image"):
         lines.append(f"base      {image['base_image']}{'@' + image['base_digest'] if image.get('base_digest') else ''}")
     installed = [f"python {software['python']}"]

@@ -31,6 +31,10 @@ FIELDS = (
     "cpu_requires",
     "cpu_isa",
     "cpu_instead",
+    # The matrix's engine pin, and (when this platform installed the matrix's engine.fallback, the
+    # newest pairing PyPI alone serves) why engine_version differs from it.
+    "engine_pinned",
+    "engine_fallback",
 )
 
 
@@ -53,6 +57,8 @@ class ImageFacts:
     cpu_requires: str | None = None  # space-separated feature names (auxv/cpuinfo spelling)
     cpu_isa: str | None = None  # what they amount to, e.g. "ARMv8.2-A with LSE atomics and dotprod"
     cpu_instead: str | None = None  # the image to use on a CPU without them
+    engine_pinned: str | None = None
+    engine_fallback: str | None = None
     # Where each set field came from: "env" or the image.json path.
     sources: dict[str, str] = field(default_factory=dict)
 

@@ -145,7 +145,17 @@ def run_check(
         report.add("engine", "skipped", install.get("engine_reason") or "engine install skipped for this platform")
     else:
         ok, found, note = _import_engine(timeout)
-        expected = env.get("XCFORGE_ENGINE_VERSION") or image.get("engine_version") or ""
+        # What xcforge-install-engine installed: the matrix's pin, or its engine.fallback pairing.
+        expected = (
+            env.get("XCFORGE_ENGINE_VERSION") or install.get("engine_version") or image.get("engine_version") or ""
+        )
+        if install.get("fallback"):
+            report.add(
+                "pins",
+                "stand-in",
+                f"engine.fallback pairing {expected} from PyPI, "
+                f"not the production pin {image.get('engine_pinned') or '?'}",
+            )
         if not ok:
             report.add("import", "failed", found)
         elif _public(found) != _public(expected):

@@ -28,6 +28,7 @@ from xcforge_engine.backends.base import (
     shm_finding,
     visible_count,
 )
+from xcforge_engine.dtype_probe import Runner, choose
 from xcforge_engine.environment import truthy
 from xcforge_engine.errors import EngineMissing, PreflightFailed, UsageError
 from xcforge_engine.host import Host
@@ -320,6 +321,41 @@ def plan_serve(
         notes=notes,
         warnings=warnings,
     )
+
+
+# Fallbacks the CPU backend accepts per architecture (vLLM's x86 CPU kernels have no float16 path).
+_DTYPE_FALLBACKS = {"aarch64": ("float16", "float32"), "x86_64": ("float32",)}
+
+
+def prove_dtype(plan: ServePlan, run: Runner, arch: str, env: Mapping[str, str]) -> ServePlan:
+    """Run the dtype probe for a --dtype the launcher derived; switch to a fallback if it fails."""
+    setting = next((s for s in plan.settings if s.name == "--dtype" and not s.kept and s.value), None)
+    if setting is None:
+        return plan
+    if env.get("XCFORGE_DTYPE_PROBE", "1").strip().lower() in ("0", "false", "no", "off"):
+        log.info(f"--dtype {setting.value} not probed (XCFORGE_DTYPE_PROBE={env['XCFORGE_DTYPE_PROBE']})")
+        return plan
+    log.info(f"probing --dtype {setting.value} on this CPU before vLLM starts (a short torch run in a subprocess)")
+    chosen, tried = choose(setting.value, _DTYPE_FALLBACKS.get(arch, ("float32",)), run)
+    story = "; ".join(f"{r.dtype} {r.detail}" for r in tried)
+    if chosen is None:
+        raise PreflightFailed(
+            f"dtype probe: no dtype works on this CPU ({story}): pass --dtype explicitly, or run on a CPU "
+            "that executes the image's torch build"
+        )
+    if chosen == setting.value:
+        log.info(f"dtype probe: {story}")
+        return plan
+    why = f"probe on this CPU: {story} (the CPU's flags suggested {setting.value}: {setting.why})"
+    log.warning(f"--dtype {setting.value} failed its probe, falling back to --dtype {chosen}: {story}")
+    proven = replace(setting, value=chosen, why=why)
+    argv = list(plan.argv)
+    for i, token in enumerate(argv[:-1]):
+        if token == "--dtype" and argv[i + 1] == setting.value:
+            argv[i + 1] = chosen
+            break
+    settings = [proven if s is setting else s for s in plan.settings]
+    return replace(plan, argv=argv, settings=settings)
 
 
 def require_engine(image: ImageFacts, software: Software) -> None:

@@ -36,6 +36,7 @@ CAP_SYS_NICE = 23
 KV_VAR = "VLLM_CPU_KVCACHE_SPACE"
 BIND_VAR = "VLLM_CPU_OMP_THREADS_BIND"
 RESERVED_VAR = "VLLM_CPU_NUM_OF_RESERVED_CPU"
+DYNAMO_VAR = "TORCHDYNAMO_DISABLE"
 
 
 def kv_cache_gib(budget: int, weights: int) -> tuple[int, float]:
@@ -107,6 +108,19 @@ class CpuBackend:
                     kind="arg",
                 )
             )
+            # vLLM still torch.compiles helpers outside the model (the random sampler), which fails
+            # on the first sampled request without a compiler (seen with vllm-cpu 0.19.1 on arm64:
+            # InvalidCxxCompiler). Dynamo disabled, they run eagerly.
+            if DYNAMO_VAR in given.env:
+                settings.append(Setting(DYNAMO_VAR, given.env[DYNAMO_VAR], "", kept=True))
+            else:
+                settings.append(
+                    Setting(
+                        DYNAMO_VAR,
+                        "1",
+                        "no C++ compiler in the image: vLLM's torch.compile'd helpers (the sampler) run eagerly",
+                    )
+                )
 
         kv_gib = self._kv_cache(given, limits, served, settings)
         self._threads(given, limits, settings)
