@@ -299,10 +299,30 @@ class SmokeCommand(_Frozen):
         return v
 
 
+class EmulatedCpu(_Frozen):
+    """A non-native platform served under QEMU user emulation, on the CPU generation it claims."""
+
+    # The QEMU CPU model (QEMU_CPU) the image must serve on, e.g. neoverse-n1 (ARMv8.2, Kunpeng
+    # 920 class); `qemu-aarch64 -cpu help` lists them.
+    serves_on: str
+    # Models the image's ISA gate must refuse with its one-line error (exit 3), e.g. cortex-a72.
+    refuses: tuple[str, ...] = ()
+
+    @field_validator("serves_on", "refuses")
+    @classmethod
+    def _models(cls, v):
+        for name in (v,) if isinstance(v, str) else v:
+            if not re.match(r"^[a-z0-9][a-z0-9.-]{0,40}$", name):
+                raise ValueError(f"'{name}' is not a QEMU CPU model name (e.g. neoverse-n1, cortex-a57)")
+        return v
+
+
 class Smoke(_Frozen):
     """What the smoke test checks on a built image (xcforge/smoke.py runs it)."""
 
     serve: bool = False
+    # Per non-native arch: serve under emulation with this CPU model (slow: minutes to /health).
+    emulated: dict[Literal["amd64", "arm64"], EmulatedCpu] = Field(default_factory=dict)
     files: tuple[str, ...] = ()
     commands: tuple[SmokeCommand, ...] = ()
     # Devices `doctor --json` must report missing on a machine without the hardware.

@@ -64,10 +64,11 @@ NO_ENGINE = Software(python="3.11.7")
 class FakeMachine:
     def __init__(self, root: Path) -> None:
         self.root = root
+        self.arch: str | None = None  # set: the process architecture, whatever /proc/cpuinfo says
 
     @property
     def host(self) -> Host:
-        return Host(self.root, strict_devices=False)
+        return Host(self.root, strict_devices=False, arch_override=self.arch)
 
     def path(self, container_path: str) -> Path:
         return self.root / container_path.lstrip("/")

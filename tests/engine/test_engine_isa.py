@@ -78,3 +78,24 @@ def test_images_without_requirements_are_not_gated(machine, env_for, capsys):
     main(["doctor", "--json"], env=env_for("cuda"), host=fake.host, software=ENGINE)
     report = json.loads(capsys.readouterr().out)
     assert [c["status"] for c in report["checks"] if c["id"] == "cpu.isa"] == ["ok"]
+
+
+def test_dtype_follows_the_hardware_capabilities_not_the_hosts_cpuinfo(machine, env_for, capsys):
+    """Under QEMU /proc/cpuinfo is the x86 host's; auxv is the emulated CPU: FP16 on Neoverse N1."""
+    fake = arm_machine(machine, NEOVERSE_N1)
+    fake.write("/proc/cpuinfo", CPUINFO_X86_AVX2)
+    fake.arch = "aarch64"  # an emulated aarch64 process on an x86 host
+    main(["doctor", "--json"], env=env_for("cpu"), host=fake.host, software=ENGINE)
+    report = json.loads(capsys.readouterr().out)
+    dtype = next(d for d in report["serve_defaults"] if d["name"] == "--dtype")
+    assert dtype["value"] == "float16" and "asimdhp" in dtype["why"]
+    (check,) = [c for c in report["checks"] if c["id"] == "cpu.cpuinfo"]
+    assert check["status"] == "error" and "x86_64 /proc/cpuinfo" in check["message"]
+    assert "-v FILE:/proc/cpuinfo:ro" in check["remedy"]
+
+
+def test_matching_cpuinfo_is_fine(machine, env_for, capsys):
+    fake = arm_machine(machine, NEOVERSE_N1)
+    main(["doctor", "--json"], env=env_for("cpu"), host=fake.host, software=ENGINE)
+    report = json.loads(capsys.readouterr().out)
+    assert [c["status"] for c in report["checks"] if c["id"] == "cpu.cpuinfo"] == ["ok"]

@@ -50,10 +50,10 @@ class CpuInfo:
         """The --dtype vLLM's CPU backend runs fastest and safely here, and why."""
         if self.arch == "aarch64":
             if self.has("bf16"):
-                return "bfloat16", "the CPU has ARMv8.6 BF16 (bf16 in /proc/cpuinfo Features)"
+                return "bfloat16", "the CPU has ARMv8.6 BF16 (bf16 in its hardware capabilities)"
             if self.has("asimdhp"):
-                return "float16", "no BF16 in /proc/cpuinfo Features (needs ARMv8.6), but FP16 (asimdhp) is there"
-            return "float32", "neither BF16 (ARMv8.6) nor FP16 arithmetic (asimdhp) in /proc/cpuinfo Features"
+                return "float16", "no BF16 in the hardware capabilities (needs ARMv8.6), but FP16 (asimdhp) is there"
+            return "float32", "neither BF16 (ARMv8.6) nor FP16 arithmetic (asimdhp) in the CPU's hardware capabilities"
         if self.arch == "x86_64":
             if self.has("avx512_bf16", "amx_bf16"):
                 return "bfloat16", "the CPU has native BF16 (avx512_bf16/amx_bf16 in /proc/cpuinfo flags)"
@@ -71,6 +71,14 @@ def read_cpuinfo(host: Host) -> CpuInfo:
 
     if arch == "aarch64":
         flags = first("Features") or ""
+        # The kernel's hardware capabilities are what the CPU executes; under QEMU user emulation
+        # they follow QEMU_CPU while /proc/cpuinfo describes the x86 host.
+        from xcforge_engine.isa import _auxv_features
+
+        raw = host.read_bytes("/proc/self/auxv")
+        hwcap = _auxv_features(raw) if raw else None
+        if hwcap is not None:
+            flags = " ".join(sorted(hwcap))
         implementer = (first("CPU implementer") or "").lower()
         vendor = _IMPLEMENTERS.get(implementer, f"implementer {implementer}" if implementer else None)
         part = first("CPU part")

