@@ -330,7 +330,7 @@ def _prepare_sdists(matrix: Matrix, plan: BuildPlan) -> None:
     work = plan.named_contexts["sdists"]
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True, exist_ok=True)
-    if target.engine.install != "source-empty" or plan.engine_install == "skip":
+    if target.engine.install not in deps.SOURCE_BUILDS or plan.engine_install == "skip":
         return
     pin = deps.engine_sdist_pin(matrix, target)  # without a lock: the index's file and hash
     version, sha256 = pin or (plan.engine_version, None)

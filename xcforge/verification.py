@@ -50,6 +50,11 @@ def lock_level(status: str) -> str:
 
 def lock_status(matrix: Matrix, target: Target, platform: str, fallback: bool = False) -> tuple[str, str]:
     """(the set's status, what its engine side needs: "" when locked)."""
+    if not target.engine.is_vllm:
+        # Compiled from sources whose sha256 the committed pin holds: nothing else to resolve.
+        if deps.engine_sdist_pin(matrix, target):
+            return "locked", ""
+        return "missing", "run `python build.py deps`"
     entry = deps.set_status(matrix, target, platform, fallback=fallback)
     if entry is None:
         return "missing", "run `python build.py deps`"

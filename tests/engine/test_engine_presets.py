@@ -110,9 +110,23 @@ def test_presets_table_uses_the_host_arch(machine, env_for, capsys):
     out = capsys.readouterr().out
     assert code == 0
     header, *rows = out.splitlines()
-    assert header.split() == ["NAME", "MODEL", "QUANT", "cuda", "ascend", "mlu", "cpu"]
+    assert header.split() == ["NAME", "MODEL", "QUANT", "cuda", "ascend", "mlu", "cpu", "llamacpp"]
     awq = next(r for r in rows if r.startswith("qwen2.5-7b-instruct-awq "))
-    assert awq.split()[-4:] == ["tp1", "-", "tp1?", "-"]  # AWQ on aarch64 CPU: unsupported
+    assert awq.split()[-5:] == ["tp1", "-", "tp1?", "-", "-"]  # AWQ on aarch64 CPU and llama.cpp: unsupported
+    gguf = next(r for r in rows if r.startswith("qwen2.5-0.5b-instruct-gguf-q4_k_m "))
+    assert gguf.split()[-5:] == ["-", "-", "-", "-", "tp1"]  # GGUF: llama.cpp only
+
+
+def test_gguf_presets_expand_for_llamacpp_only():
+    q4 = BOOK.get("qwen2.5-0.5b-instruct-gguf-q4_k_m")
+    expansion = BOOK.expand(q4, "llamacpp", "aarch64")
+    assert expansion.support.status == "ok" and expansion.argv() == ["--max-model-len", "8192"]
+    assert "INT4" in expansion.note
+    assert BOOK.expand(q4, "cpu", "aarch64").support.status == "unsupported"
+    plain = BOOK.get("qwen2.5-0.5b-instruct")
+    refused = BOOK.expand(plain, "llamacpp", "aarch64").support
+    assert refused.status == "unsupported" and "gguf" in refused.reason
+    assert {p.quantization for p in BOOK.presets.values()} >= {"gguf-q4_k_m", "gguf-q8_0"}
 
 
 def test_preset_detail(capsys, tmp_path):

@@ -46,8 +46,11 @@ def run(args: argparse.Namespace) -> int:
         for result in results:
             print(deps.format_line(result), flush=True)
         all_results += results
+        sdist = deps.source_sha256(matrix, target, site)
+        if sdist:
+            print(f"{target.name:7} sources      {target.engine.package}=={matrix.engine_version(target)} sha256:{sdist}")
         if not args.dry_run and not any(r.status == "conflict" for r in results):
-            changes += deps.write(matrix, target, results, resolver)
+            changes += deps.write(matrix, target, results, resolver, sdist=sdist)
     for line in changes:
         print(f"changed  {line}")
     counts = {s: sum(r.status == s for r in all_results) for s in ("locked", "partial", "unverified", "conflict")}

@@ -163,7 +163,7 @@ class Launcher:
                     "status": expansion.support.status,
                     "reason": expansion.support.reason,
                     "args": expansion.argv(),
-                    "tensor_parallel_size": preset.tp[backend],
+                    "tensor_parallel_size": preset.tp.get(backend, 1),
                 }
             rows.append(
                 {

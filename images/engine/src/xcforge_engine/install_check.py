@@ -114,6 +114,22 @@ def _import_engine(timeout: float) -> tuple[bool, str, str]:
     return False, f"`import vllm` failed: {tail[:300]}", ""
 
 
+def _run_binaries(binaries: list[str], timeout: float) -> tuple[bool, str, str]:
+    """A compiled server (llama.cpp): every binary the build installed runs and prints its version."""
+    versions = []
+    for name in binaries or ["llama-server"]:
+        try:
+            proc = subprocess.run([name, "--version"], capture_output=True, text=True, timeout=timeout)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return False, f"{name} --version: {exc}", ""
+        text = (proc.stdout + proc.stderr).strip()
+        if proc.returncode != 0:
+            return False, f"{name} --version exited {proc.returncode}: {text[-200:]}", ""
+        match = re.search(r"version: (\S+(?: \([0-9a-f]+\))?)", text)
+        versions.append(f"{name} {match.group(1) if match else '(version unknown)'}")
+    return True, ", ".join(versions), ""
+
+
 def pip_check_problems(allowed: list[str], omitted: list[str]) -> tuple[list[str], list[str]]:
     """(unexpected lines, accepted lines) of `pip check`."""
     proc = subprocess.run(
@@ -144,7 +160,8 @@ def run_check(
     if (image.get("engine_install") or "full") == "skip":
         report.add("engine", "skipped", install.get("engine_reason") or "engine install skipped for this platform")
     else:
-        ok, found, note = _import_engine(timeout)
+        compiled = (image.get("engine") or "vllm") != "vllm"
+        ok, found, note = _run_binaries(install.get("binaries"), timeout) if compiled else _import_engine(timeout)
         # What xcforge-install-engine installed: the matrix's pin, or its engine.fallback pairing.
         expected = (
             env.get("XCFORGE_ENGINE_VERSION") or install.get("engine_version") or image.get("engine_version") or ""
@@ -156,7 +173,10 @@ def run_check(
                 f"engine.fallback pairing {expected} from PyPI, "
                 f"not the production pin {image.get('engine_pinned') or '?'}",
             )
-        if not ok:
+        if compiled:
+            # Its sources' release (the sdist) has no version to compare with the binary's build number.
+            report.add("run", "ok" if ok else "failed", f"{found} (from {install.get('sources') or 'its sources'})")
+        elif not ok:
             report.add("import", "failed", found)
         elif _public(found) != _public(expected):
             report.add("import", "failed", f"vllm {found} imported, the matrix says {expected}")

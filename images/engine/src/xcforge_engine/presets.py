@@ -15,7 +15,7 @@ from importlib import resources
 from xcforge_engine.args import to_argv
 from xcforge_engine.errors import UsageError
 
-BACKENDS = ("cuda", "ascend", "mlu", "cpu")
+BACKENDS = ("cuda", "ascend", "mlu", "cpu", "llamacpp")
 STATUSES = ("ok", "unverified", "unsupported")
 
 
@@ -55,6 +55,8 @@ class PresetBook:
     quantization: dict[str, dict]
     reference_devices: dict[str, str]
     presets: dict[str, Preset]
+    # The weights format a backend serves (llama.cpp: gguf); every other backend serves safetensors.
+    model_formats: dict[str, str] = field(default_factory=dict)
 
     def get(self, name: str) -> Preset:
         key = name.strip().lower()
@@ -69,6 +71,20 @@ class PresetBook:
         settings: dict[str, object] = {**args.get("all", {}), **args.get(backend, {})}
         support = Support("ok")
         note = preset.note
+        have = (
+            self.quantization[preset.quantization].get("format", "safetensors")
+            if preset.quantization
+            else "safetensors"
+        )
+        want = self.model_formats.get(backend, "safetensors")
+        if have != want:
+            return Expansion(
+                preset,
+                backend,
+                Support("unsupported", f"{backend} serves {want} weights and this preset is {have}"),
+                {},
+                note,
+            )
         if preset.quantization:
             rule = self.quantization[preset.quantization].get(backend, {"status": "unsupported"})
             status = rule.get("status", "ok")
@@ -95,6 +111,8 @@ def _validate(data: dict) -> None:
             raise ValueError(f"family {fam_name}: unknown args scope(s) {sorted(unknown)}")
     for quant_name, rules in data["quantization"].items():
         for backend, rule in rules.items():
+            if backend == "format":
+                continue
             if backend not in BACKENDS or rule.get("status", "ok") not in STATUSES:
                 raise ValueError(f"quantization {quant_name}.{backend}: bad backend or status")
     seen: set[str] = set()
@@ -107,8 +125,8 @@ def _validate(data: dict) -> None:
             raise ValueError(f"preset {name}: unknown family {entry['family']}")
         if entry.get("quantization") and entry["quantization"] not in data["quantization"]:
             raise ValueError(f"preset {name}: unknown quantization {entry['quantization']}")
-        if set(entry["tp"]) != set(BACKENDS):
-            raise ValueError(f"preset {name}: tp must name every backend {BACKENDS}")
+        if not set(entry["tp"]) <= set(BACKENDS):
+            raise ValueError(f"preset {name}: tp names an unknown backend (known: {BACKENDS})")
 
 
 def load_presets() -> PresetBook:
@@ -128,4 +146,6 @@ def load_presets() -> PresetBook:
         )
         for entry in data["presets"]
     }
-    return PresetBook(data["families"], data["quantization"], data["reference_devices"], presets)
+    return PresetBook(
+        data["families"], data["quantization"], data["reference_devices"], presets, data.get("model_formats", {})
+    )

@@ -210,7 +210,9 @@ def plan_serve(
     backend, backend_why = resolve_backend(image, env, host)
     notes = [f"backend {backend.name} ({backend_why})"]
     warnings: list[str] = []
-    engine_ready = software.vllm_importable and not image.stand_in
+    engine_ready = software.engine_present and not image.stand_in
+    command = backend.command(python) if hasattr(backend, "command") else [python, "-m", API_SERVER_MODULE]
+    gguf = getattr(backend, "model_format", "") == "gguf"
 
     positional, operator = split_positional_model(request.vllm_args)
     if positional is not None:
@@ -222,7 +224,7 @@ def plan_serve(
 
     if request.wants_help:
         return ServePlan(
-            argv=[python, "-m", API_SERVER_MODULE, *operator],
+            argv=[*command, *operator],
             env=dict(env),
             env_changes={},
             backend=backend.name,
@@ -262,7 +264,8 @@ def plan_serve(
     ]
     errors = _preflight_lines(backend, findings)
     warnings += [_warning_text(f) for f in findings if f.status == WARNING]
-    model_errors, model_warnings = model_problems(host, model)
+    # A GGUF server takes a file (or a directory with one): its adapt() checks that instead.
+    model_errors, model_warnings = ([], []) if gguf else model_problems(host, model)
     errors += model_errors
     warnings += model_warnings
     if not is_local(model):
@@ -307,7 +310,12 @@ def plan_serve(
 
     env_changes = {s.name: s.value for s in settings if s.kind == "env" and not s.kept and s.value is not None}
     derived_argv = [token for s in settings for token in s.argv()]
-    argv = [python, "-m", API_SERVER_MODULE, *model_argv, *preset_argv, *derived_argv, *operator]
+    server_args = [*model_argv, *preset_argv, *derived_argv, *operator]
+    if hasattr(backend, "adapt"):
+        # A server with other flag names (llama-server): vLLM-style flags translated, the rest kept.
+        server_args, adapted = backend.adapt(server_args, host)
+        notes += adapted
+    argv = [*command, *server_args]
     return ServePlan(
         argv=argv,
         env={**env, **env_changes},
@@ -366,7 +374,7 @@ def require_engine(image: ImageFacts, software: Software) -> None:
             "vendor engine (XCFORGE_ENGINE_INSTALL=skip): it cannot serve; doctor, version, presets and "
             "serve --dry-run work"
         )
-    if not software.vllm_importable:
+    if not software.engine_present:
         raise EngineMissing(
             "vLLM is not installed in this image (no importable vllm module): rebuild it with the engine"
         )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import platform
 import re
+import shutil
 from dataclasses import dataclass, field
 from importlib import metadata
 
@@ -28,7 +29,10 @@ BACKEND_DISTRIBUTIONS = {
     "mlu": ("vllm-mlu", "torch-mlu", "torch-mlu-ops"),
     "cuda": (),
     "cpu": (),
+    "llamacpp": (),
 }
+# Backends whose engine is a compiled server on PATH, not vLLM in the venv.
+SERVER_BINARIES = {"llamacpp": "llama-server"}
 
 
 def dist_version(name: str) -> str | None:
@@ -47,6 +51,11 @@ class Software:
     torch_cuda: str | None = None  # the CUDA torch was built for (cuda backend)
     vllm_importable: bool = False
     extras: dict[str, str | None] = field(default_factory=dict)
+    server: str | None = None  # the compiled server's path (llama-server), for such backends
+
+    @property
+    def engine_present(self) -> bool:
+        return self.vllm_importable or self.server is not None
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -56,6 +65,7 @@ class Software:
             "vllm_importable": self.vllm_importable,
             "torch": self.torch,
             "torch_cuda": self.torch_cuda,
+            "server": self.server,
             **self.extras,
         }
 
@@ -94,4 +104,5 @@ def detect_software(backend: str) -> Software:
         torch_cuda=torch_build_cuda() if backend == "cuda" else None,
         vllm_importable=importable,
         extras={name: dist_version(name) for name in BACKEND_DISTRIBUTIONS.get(backend, ())},
+        server=shutil.which(SERVER_BINARIES[backend]) if backend in SERVER_BINARIES else None,
     )

@@ -1,4 +1,4 @@
-"""The four backends, by the name XCFORGE_BACKEND uses."""
+"""The backends, by the name XCFORGE_BACKEND uses."""
 
 from __future__ import annotations
 
@@ -8,12 +8,13 @@ from xcforge_engine.backends.ascend import ASCEND
 from xcforge_engine.backends.base import Backend, Finding, Setting
 from xcforge_engine.backends.cpu import CPU
 from xcforge_engine.backends.cuda import CUDA
+from xcforge_engine.backends.llamacpp import LLAMACPP
 from xcforge_engine.backends.mlu import MLU
 from xcforge_engine.errors import UsageError
 from xcforge_engine.host import Host
 from xcforge_engine.image import ImageFacts
 
-BACKENDS: dict[str, Backend] = {b.name: b for b in (CUDA, ASCEND, MLU, CPU)}
+BACKENDS: dict[str, Backend] = {b.name: b for b in (CUDA, ASCEND, MLU, CPU, LLAMACPP)}
 
 # A control node that only exists when the vendor's devices were passed in.
 _PROBES = (("ascend", "/dev/davinci_manager"), ("mlu", "/dev/cambricon_ctl"), ("cuda", "/dev/nvidiactl"))

@@ -203,6 +203,8 @@ def engine_finding(image: ImageFacts, software: Software) -> Finding:
             "stand-in build without the vendor engine (XCFORGE_ENGINE_INSTALL=skip): serve refuses to "
             "start; doctor, version, presets and serve --dry-run work",
         )
+    if software.server:
+        return Finding("engine.installed", OK, f"{software.server} installed")
     if not software.vllm_importable:
         return Finding(
             "engine.installed",
