@@ -354,6 +354,8 @@ class Smoke(_Frozen):
     # What the serve smoke feeds the server: the tiny random Llama as safetensors (vLLM) or as a
     # quantised GGUF file made from it with the converter in the engine's own sources (llama.cpp).
     model_format: Literal["safetensors", "gguf"] = "safetensors"
+    # Every metric name the server exports on /metrics starts with this.
+    metrics_prefix: str = "vllm:"
     # Per non-native arch: serve under emulation with this CPU model (slow: minutes to /health).
     emulated: dict[Literal["amd64", "arm64"], EmulatedCpu] = Field(default_factory=dict)
     files: tuple[str, ...] = ()

@@ -153,7 +153,7 @@ def is_prerelease(version: str) -> bool:
 
 
 def image_repository(target: Target, registry: str | None) -> str:
-    name = f"vllm-{target.name}"
+    name = f"{'vllm' if target.engine.is_vllm else 'llamacpp'}-{target.name}"
     return f"{registry.rstrip('/')}/{name}" if registry else f"xcforge/{name}"
 
 

@@ -249,6 +249,20 @@ def tiny_model(directory: Path | None = None) -> Iterator[Path]:
         yield out
 
 
+@contextlib.contextmanager
+def model_for(subject: SmokeSubject, model: Path, platform: str) -> Iterator[Path]:
+    """The tiny model in the format the target serves: as it is, or converted to GGUF."""
+    if subject.target.smoke.model_format != "gguf":
+        yield model
+        return
+    from xcforge import gguf
+    from xcforge.matrix import load_matrix
+
+    matrix = load_matrix(REPO_ROOT / "matrix.yaml")
+    with tempfile.TemporaryDirectory(prefix="xcforge-tiny-gguf-") as tmp:
+        yield gguf.tiny_gguf(matrix, subject.target, subject.ref, platform, model, Path(tmp) / "gguf")
+
+
 @dataclass
 class ServedContainer:
     name: str
@@ -361,7 +375,8 @@ def check_serve(
 
     env = {"VLLM_CPU_KVCACHE_SPACE": "1"} if subject.target.backend == "cpu" else {}
     with (
-        tiny_model(model_dir) as model,
+        tiny_model(model_dir) as tiny,
+        model_for(subject, tiny, platform) as model,
         served(subject, model, extra_env=env, platform=platform, emulation=emulation) as c,
     ):
         started = time.monotonic()
@@ -392,7 +407,8 @@ def check_serve(
         chunks = [chunk for chunk in stream]
         record("streamed chat", len(chunks) >= 2, f"{len(chunks)} chunks")
         metrics = requests.get(f"{base}/metrics", timeout=30).text
-        record("/metrics", "vllm:" in metrics, f"{len(metrics.splitlines())} lines")
+        prefix = subject.target.smoke.metrics_prefix
+        record("/metrics", prefix in metrics, f"{len(metrics.splitlines())} lines, {prefix}* present")
         deadline = time.monotonic() + 90
         status = ""
         while time.monotonic() < deadline:

@@ -48,7 +48,9 @@ def run(args: argparse.Namespace) -> int:
         all_results += results
         sdist = deps.source_sha256(matrix, target, site)
         if sdist:
-            print(f"{target.name:7} sources      {target.engine.package}=={matrix.engine_version(target)} sha256:{sdist}")
+            print(
+                f"{target.name:7} sources      {target.engine.package}=={matrix.engine_version(target)} sha256:{sdist}"
+            )
         if not args.dry_run and not any(r.status == "conflict" for r in results):
             changes += deps.write(matrix, target, results, resolver, sdist=sdist)
     for line in changes:
