@@ -44,6 +44,8 @@ SELF_HOSTED_LABELS: dict[str, str] = {
     "mlu": "mlu",
     # The CPU target's own hardware is Feiteng (Phytium) aarch64; x86_64 is covered by hosted runners.
     "cpu": "arm64",
+    # The llama.cpp image's point is the ARMv8.0 Phytium generation: a runner on such a machine.
+    "llamacpp": "phytium",
 }
 
 PYTHON_VERSION = "3.11"

@@ -224,8 +224,8 @@ def test_select_targets_cli(actions, capsys):
     from xcforge.cli import main
 
     assert main(["ci", "select-targets", "--targets", "cpu, ascend", "--matrix", f"{REPO_ROOT}/matrix.yaml"]) == 0
-    assert (actions / "output").read_text() == "cuda=false\nascend=true\nmlu=false\ncpu=true\n"
-    assert "not selected (skipped): cuda, mlu" in (actions / "summary.md").read_text()
+    assert (actions / "output").read_text() == "cuda=false\nascend=true\nmlu=false\ncpu=true\nfeiteng=false\n"
+    assert "not selected (skipped): cuda, mlu, feiteng" in (actions / "summary.md").read_text()
     assert main(["ci", "select-targets", "--targets", "all", "--matrix", f"{REPO_ROOT}/matrix.yaml"]) == 0
 
 
@@ -241,4 +241,4 @@ def test_detect_runners_cli_defaults_to_the_matrix_labels(actions, capsys):
     from xcforge.cli import main
 
     assert main(["ci", "detect-runners", "--no-token", "--matrix", f"{REPO_ROOT}/matrix.yaml"]) == 0
-    assert (actions / "output").read_text() == "gpu=false\nascend=false\nmlu=false\narm64=false\n"
+    assert (actions / "output").read_text() == "gpu=false\nascend=false\nmlu=false\narm64=false\nphytium=false\n"

@@ -376,7 +376,7 @@ def test_secrets_and_variables_are_the_documented_ones():
 
 def test_actionlint_config_knows_the_custom_labels(matrix):
     config = yaml.safe_load((REPO_ROOT / ".github/actionlint.yaml").read_text())
-    assert set(config["self-hosted-runner"]["labels"]) == {"gpu", "ascend", "mlu"}
+    assert set(config["self-hosted-runner"]["labels"]) == {"gpu", "ascend", "mlu", "phytium"}
 
 
 def test_run_scripts_pass_shellcheck(tmp_path):

@@ -94,7 +94,13 @@ def test_device_plugin_resource_from_the_matrix(name):
         assert resources["limits"]["cpu"] == resources["requests"]["cpu"]
     else:
         assert resources["limits"][resource] == 2 and resources["requests"][resource] == 2
-    expected = {"cuda": "nvidia.com/gpu", "ascend": "huawei.com/Ascend910", "mlu": "cambricon.com/mlu", "cpu": None}
+    expected = {
+        "cuda": "nvidia.com/gpu",
+        "ascend": "huawei.com/Ascend910",
+        "mlu": "cambricon.com/mlu",
+        "cpu": None,
+        "feiteng": None,
+    }
     assert resource == expected[name]
 
 
@@ -154,7 +160,7 @@ def test_shm_model_and_driver_mounts(name):
     volumes = {v["name"]: v for v in _pod(docs)["volumes"]}
     mounts = {m["mountPath"]: m for m in _container(docs)["volumeMounts"]}
     shm = volumes[mounts["/dev/shm"]["name"]]["emptyDir"]
-    assert shm == {"medium": "Memory", "sizeLimit": target.runtime.shm_size.replace("g", "Gi")}
+    assert shm == {"medium": "Memory", "sizeLimit": deploy.shm_quantity(target.runtime.shm_size)}
     model = mounts["/models/qwen"]
     assert model["readOnly"] is True
     assert volumes[model["name"]]["hostPath"] == {"path": "/models/qwen", "type": "Directory"}

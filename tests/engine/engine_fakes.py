@@ -174,5 +174,14 @@ class FakeMachine:
         self.write("/usr/lib/x86_64-linux-gnu/libnuma.so.1")
         self.write("/usr/lib/aarch64-linux-gnu/libnuma.so.1")
 
+    def llamacpp(self) -> None:
+        self.write("/usr/local/bin/llama-server")
 
-CPUINFO_FOR = {"ascend": CPUINFO_KUNPENG920, "mlu": CPUINFO_X86_AVX2, "cuda": CPUINFO_X86_AMX, "cpu": CPUINFO_X86_AVX2}
+
+CPUINFO_FOR = {
+    "ascend": CPUINFO_KUNPENG920,
+    "mlu": CPUINFO_X86_AVX2,
+    "cuda": CPUINFO_X86_AMX,
+    "cpu": CPUINFO_X86_AVX2,
+    "llamacpp": CPUINFO_PHYTIUM,
+}

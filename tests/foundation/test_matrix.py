@@ -27,9 +27,11 @@ def _error(raw: dict) -> str:
     return info.value.message
 
 
-def test_real_matrix_has_four_targets_with_their_platforms():
+def test_real_matrix_has_five_targets_with_their_platforms():
     matrix = load_matrix(MATRIX)
-    assert list(matrix.targets) == ["cuda", "ascend", "mlu", "cpu"]
+    assert list(matrix.targets) == ["cuda", "ascend", "mlu", "cpu", "feiteng"]
+    assert set(matrix.targets["feiteng"].platforms) == {"linux/amd64", "linux/arm64"}
+    assert matrix.targets["feiteng"].cpu_isa["arm64"].requires == ("fp", "asimd")  # ARMv8.0
     assert matrix.targets["cuda"].platforms == ("linux/amd64",)
     assert "linux/arm64" in matrix.targets["ascend"].platforms
     assert matrix.targets["mlu"].platforms == ("linux/amd64",)
@@ -94,7 +96,10 @@ def test_error_in_defaults_is_reported_where_it_was_written():
     raw = _raw()
     raw["defaults"]["runtime"]["port"] = 99999
     message = _error(raw)
-    assert "defaults.runtime.port (inherited by targets.cuda, targets.ascend, targets.mlu, targets.cpu)" in message
+    assert (
+        "defaults.runtime.port (inherited by targets.cuda, targets.ascend, targets.mlu, targets.cpu, targets.feiteng)"
+        in message
+    )
     assert message.count("defaults.runtime.port") == 1  # one line, not one per target
 
 

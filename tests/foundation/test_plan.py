@@ -142,7 +142,9 @@ def test_engine_fallback_is_a_named_stand_in_pairing():
 
 
 def test_engine_fallback_the_matrix_does_not_declare_is_refused(tmp_path):
-    with pytest.raises(ConfigError, match=r"engine_fallback: 'cpu:linux/amd64': .* declares no targets.cpu.engine.fallback"):
+    with pytest.raises(
+        ConfigError, match=r"engine_fallback: 'cpu:linux/amd64': .* declares no targets.cpu.engine.fallback"
+    ):
         make_plan(MATRIX, MATRIX.targets["cpu"], SiteConfig(engine_fallback=("cpu:linux/amd64",)), BuildOptions())
     with pytest.raises(ConfigError, match="engine_fallback: 'mlu:linux/amd64'"):
         make_plan(MATRIX, MATRIX.targets["mlu"], SiteConfig(engine_fallback=("mlu:linux/amd64",)), BuildOptions())

@@ -40,7 +40,8 @@ def test_dockerfile_essentials(name):
     assert re.search(r"^USER 2000:0$", text, re.M)
     assert ".bashrc" not in text
     assert "--mount=type=cache,target=/var/cache/apt" in text
-    assert "--mount=type=cache,target=/root/.cache/pip" in text
+    if MATRIX.targets[name].engine.is_vllm:
+        assert "--mount=type=cache,target=/root/.cache/pip" in text
     assert "--mount=type=secret,id=ca.pem" in text
     for label in (
         "org.opencontainers.image.revision",
@@ -53,6 +54,8 @@ def test_dockerfile_essentials(name):
         f"xcforge-install-engine {'native' if target.engine.native_install else 'deps'} {target.engine.install} "
         f"{target.engine.package} {MATRIX.engine_version(target)}"
     )
+    if not target.engine.is_vllm:
+        engine = "COPY --from=llama-build /out/bin/ /usr/local/bin/"
     assert engine in text
     assert "--mount=type=bind,source=locks,target=/xcforge/locks" in text  # the committed lock
     assert "RUN xcforge-env xcforge-engine check-install" in text  # the build proves its engine
@@ -67,14 +70,25 @@ def test_layer_order_least_to_most_changing(name):
         assert text.index("FROM --platform=$BUILDPLATFORM") < text.index("xcforge-install-engine native")
         assert text.index("xcforge-install-engine native") < text.index("FROM ${BASE_IMAGE} AS runtime")
         text = text[text.index("FROM ${BASE_IMAGE} AS runtime") :]
+    if not target.engine.is_vllm:
+        # The compile stage runs on the build platform, before the runtime stage copies its binaries.
+        assert text.index("FROM --platform=$BUILDPLATFORM ${BASE_IMAGE} AS llama-build") < text.index(
+            "FROM ${BASE_IMAGE} AS runtime"
+        )
+        text = text[text.index("FROM ${BASE_IMAGE} AS runtime") :]
     venv = "COPY --from=engine-native" if target.engine.native_install else "-m venv"
     phase = "engine" if target.engine.native_install else "deps"
+    install = (
+        f"xcforge-install-engine {phase} {target.engine.install} "
+        if target.engine.is_vllm
+        else "COPY --from=llama-build"
+    )
     order = [
         text.index("FROM ${BASE_IMAGE}"),
         text.index("apt-get install"),
         text.index("useradd"),
         text.index(venv if target.python.create_venv else "test -x"),
-        text.index(f"xcforge-install-engine {phase} {target.engine.install} "),
+        text.index(install),
         text.index("/tmp/xcforge-engine/*.whl"),
         text.index("/etc/xcforge/image.json"),
         text.index("LABEL"),
@@ -179,3 +193,14 @@ def test_missing_template_variable_fails(tmp_path):
         render_target(MATRIX, MATRIX.targets["cpu"], templates_dir=tmp_path / "templates")
     assert "prot" in info.value.message
     assert jinja2  # StrictUndefined turned the typo into an error rather than an empty string
+
+
+def test_feiteng_cross_compiles_for_generic_armv8_from_checked_sources():
+    text = _text("feiteng")
+    stage = text[text.index("AS llama-build") : text.index("AS runtime")]
+    assert "crossbuild-essential-$TARGETARCH" in stage  # Debian's cross toolchain, no emulated compile
+    assert "sha256sum -c -" in stage and "from=sdists" in stage  # the hash-pinned sdist, checked again
+    assert "arm64) isa=-DGGML_CPU_ARM_ARCH=armv8-a" in stage and "-DGGML_NATIVE=OFF" in stage
+    assert "-static-libgcc -static-libstdc++" in stage
+    assert "--target llama-server llama-quantize" in stage
+    assert "pip install" not in stage

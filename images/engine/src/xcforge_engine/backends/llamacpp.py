@@ -39,7 +39,7 @@ KV_BYTES_PER_TOKEN_PER_B = 64 * 1024
 
 def gguf_in(host: Host, model: str) -> tuple[str | None, str]:
     """The GGUF file a --model names: the file itself, or the only .gguf in a directory."""
-    if model.endswith(".gguf") or host.is_file(model):
+    if host.is_file(model):
         return model, ""
     if host.is_dir(model):
         files = sorted(p for p in host.glob(f"{model.rstrip('/')}/*.gguf") if not p.endswith(".part"))
