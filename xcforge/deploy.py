@@ -125,7 +125,7 @@ def docker_run(
     flat = [token for tokens in flags for token in tokens]
     injects_gpus = "--gpus" in flat
     host_ipc = "--ipc=host" in flat
-    container = name or f"vllm-{target.name}"
+    container = name or image_repository(target, None).split("/", 1)[1]
     model_container = model or "/model"
 
     lines = [f"# {target.name}: {target.description}"]
@@ -134,7 +134,11 @@ def docker_run(
     else:
         lines.append(f"IMAGE={shlex.quote(str(image))}")
     if model is None and not doctor:
-        lines.append("MODEL_DIR=/path/to/model  # a directory with config.json, tokenizer and weights")
+        lines.append(
+            "MODEL_DIR=/path/to/model  # a directory with config.json, tokenizer and weights"
+            if target.engine.is_vllm
+            else "MODEL_DIR=/path/to/model  # a directory with one .gguf file (Q4_K_M/Q8_0: see `presets`)"
+        )
     for group in runtime.user.groups:
         lines.append(
             f"{_gid_variable(group.name)}=$(getent group {group.name} | cut -d: -f3)"
@@ -204,7 +208,7 @@ class DeployOptions:
 
 
 def _check_options(target: Target, options: DeployOptions) -> tuple[str, str]:
-    name = options.name or f"vllm-{target.name}"
+    name = options.name or image_repository(target, None).split("/", 1)[1]
     if not _DNS_LABEL_RE.match(name) or len(name) > 52:
         raise ConfigError(
             f"--name '{name}': use lower-case letters, digits and '-' (at most 52), starting with a letter"

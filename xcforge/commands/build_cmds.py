@@ -69,7 +69,7 @@ def _list(args: argparse.Namespace) -> int:
     matrix = load_matrix(args.matrix)
     width = max(len(n) for n in matrix.targets)
     for name, target in matrix.targets.items():
-        engine = f"vLLM {matrix.engine_version(target)}"
+        engine = f"vLLM {matrix.engine_version(target)}" if target.engine.is_vllm else "llama.cpp server (GGUF)"
         if target.plugin:
             engine += f" + {target.plugin.name} {target.plugin.version}"
         platforms = ",".join(target.archs)
@@ -83,6 +83,15 @@ def _list(args: argparse.Namespace) -> int:
             if status == "partial":
                 detail += " (engine locked, plugin resolved at build time)"
             print(f"{'':<{width}}    {platform:<12} {level:<14} {detail}")
+            # Which CPUs it runs on (the launcher refuses others with the image to use instead).
+            isa = target.cpu_isa.get(platform.split("/", 1)[1])
+            if isa:
+                print(f"{'':<{width}}    {'':<12} {'needs':<14} {isa.describes} ({' '.join(isa.requires)})")
+        if target.engine.fallback and any(p in target.engine.fallback.platforms for p in target.platforms):
+            fb = target.engine.fallback
+            print(f"{'':<{width}}    {'':<12} {'fallback':<14} {', '.join(fb.platforms)}: {target.engine.package} "
+                  f"{fb.version} where a site names it in engine_fallback")  # fmt: skip
+    print("\nWhich image fits which CPU, with the docker run line for each: docs/operators.md")
     return 0
 
 
