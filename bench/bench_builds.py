@@ -49,7 +49,7 @@ from _common import (
 # Skeleton builds (engine steps skipped) for ascend/cuda: rebuild costs of the machinery, not of pip
 # (the real installs are measured once each, docs/benchmarks.md). --cpu keeps its real engine.
 SITE = REPO / "sites" / "skeleton.yaml"
-CPU_PLATFORM = "linux/amd64"  # the platform the cpu engine really installs on here (arm64 is skipped)
+CPU_PLATFORM = "linux/amd64"  # the rebuild costs of one platform (bench_arch.py compares the two)
 
 
 def copy_project(root: Path) -> Path:

@@ -115,19 +115,21 @@ def _import_engine(timeout: float) -> tuple[bool, str, str]:
 
 
 def _run_binaries(binaries: list[str], timeout: float) -> tuple[bool, str, str]:
-    """A compiled server (llama.cpp): every binary the build installed runs and prints its version."""
-    versions = []
-    for name in binaries or ["llama-server"]:
+    """A compiled server (llama.cpp) runs on this CPU: the server prints its version, every other
+    binary the build installed starts (its usage text; a signal such as SIGILL fails the check)."""
+    server, *tools = binaries or ["llama-server"]
+    found = []
+    for name, args in ((server, ["--version"]), *((tool, ["--help"]) for tool in tools)):
         try:
-            proc = subprocess.run([name, "--version"], capture_output=True, text=True, timeout=timeout)
+            proc = subprocess.run([name, *args], capture_output=True, text=True, timeout=timeout)
         except (OSError, subprocess.TimeoutExpired) as exc:
-            return False, f"{name} --version: {exc}", ""
+            return False, f"{name} {args[0]}: {exc}", ""
         text = (proc.stdout + proc.stderr).strip()
-        if proc.returncode != 0:
-            return False, f"{name} --version exited {proc.returncode}: {text[-200:]}", ""
+        if proc.returncode < 0 or (name == server and proc.returncode != 0) or not text:
+            return False, f"{name} {args[0]} exited {proc.returncode}: {text[-200:]}", ""
         match = re.search(r"version: (\S+(?: \([0-9a-f]+\))?)", text)
-        versions.append(f"{name} {match.group(1) if match else '(version unknown)'}")
-    return True, ", ".join(versions), ""
+        found.append(f"{name} {match.group(1)}" if match else f"{name} runs")
+    return True, ", ".join(found), ""
 
 
 def pip_check_problems(allowed: list[str], omitted: list[str]) -> tuple[list[str], list[str]]:
