@@ -387,11 +387,15 @@ def check_serve(
         client = OpenAI(base_url=f"{base}/v1", api_key="unused", timeout=300 if emulation else 120)
         models = [m.id for m in client.models.list().data]
         record("/v1/models", models == ["tiny"], str(models))
-        completion = client.completions.create(model="tiny", prompt="Hello", max_tokens=8, temperature=0)
+        asked = time.monotonic()
+        completion = client.completions.create(model="tiny", prompt="Hello", max_tokens=16, temperature=0)
+        took = time.monotonic() - asked
+        tokens = completion.usage.completion_tokens if completion.usage else 0
         record(
             "completion",
-            bool(completion.choices) and completion.usage.completion_tokens > 0,
-            repr(completion.choices[0].text),
+            bool(completion.choices) and tokens > 0,
+            f"{completion.choices[0].text!r}: {tokens} tokens in {took:.2f} s "
+            f"({tokens / max(took, 1e-6):.1f} tokens/s)",
         )
         chat = client.chat.completions.create(
             model="tiny", messages=[{"role": "user", "content": "Hi"}], max_tokens=8, temperature=0
