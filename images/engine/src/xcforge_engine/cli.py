@@ -37,6 +37,7 @@ from xcforge_engine.serve import (
     write_state,
 )
 from xcforge_engine.software import Software, detect_software
+from xcforge_engine.supervise import run_supervised
 
 USAGE = """\
 usage: xcforge-engine [--debug] [serve] [--preset NAME] [--dry-run] [vLLM arguments...]
@@ -110,6 +111,9 @@ class Launcher:
             return 0
         plan = prove_dtype(plan, subprocess_runner(plan.argv[0], plan.env), self.host.arch(), self.env)
         write_state(plan, self.env)
+        if plan.stop_grace:
+            log.info(f"run: {shlex.join(plan.argv)} (the launcher stays its parent to stop it cleanly)")
+            return run_supervised(plan.argv, plan.env, plan.stop_grace)
         log.info(f"exec: {shlex.join(plan.argv)}")
         try:
             os.execvpe(plan.argv[0], plan.argv, plan.env)

@@ -96,6 +96,8 @@ class ServePlan:
     settings: list[Setting] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    # > 0: run the server as a child and repeat the stop signal after this many seconds (supervise.py)
+    stop_grace: float = 0.0
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -329,6 +331,7 @@ def plan_serve(
         settings=settings,
         notes=notes,
         warnings=warnings,
+        stop_grace=float(getattr(backend, "stop_grace", 0.0)),
     )
 
 

@@ -62,6 +62,8 @@ class LlamaCppBackend:
     hint = ""
     visible_env: tuple[str, ...] = ()
     model_format = "gguf"
+    # llama-server needs a second interrupt to stop during a generation (supervise.py).
+    stop_grace = 5.0
 
     def device_nodes(self, host: Host) -> list[str]:
         return []
