@@ -15,6 +15,7 @@ import fnmatch
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -350,6 +351,66 @@ def wait_healthy(container: ServedContainer, timeout: float = 420) -> tuple[bool
     return False, f"/health did not answer 200 within {timeout:.0f} s"
 
 
+def _talk(client, base: str, subject: SmokeSubject, record, step: list[str]) -> None:
+    """The requests an application makes, each recorded; `step` names the one in progress."""
+    import requests
+
+    models = [m.id for m in client.models.list().data]
+    record("/v1/models", models == ["tiny"], str(models))
+    step[0] = "completion"
+    asked = time.monotonic()
+    completion = client.completions.create(model="tiny", prompt="Hello", max_tokens=16, temperature=0)
+    took = time.monotonic() - asked
+    tokens = completion.usage.completion_tokens if completion.usage else 0
+    record(
+        "completion",
+        bool(completion.choices) and tokens > 0,
+        f"{completion.choices[0].text!r}: {tokens} tokens in {took:.2f} s ({tokens / max(took, 1e-6):.1f} tokens/s)",
+    )
+    step[0] = "chat completion"
+    chat = client.chat.completions.create(
+        model="tiny", messages=[{"role": "user", "content": "Hi"}], max_tokens=8, temperature=0
+    )
+    record(
+        "chat completion",
+        bool(chat.choices) and chat.usage.completion_tokens > 0,
+        repr(chat.choices[0].message.content),
+    )
+    step[0] = "streamed chat"
+    stream = client.chat.completions.create(
+        model="tiny", messages=[{"role": "user", "content": "Hi"}], max_tokens=8, stream=True
+    )
+    chunks = [chunk for chunk in stream]
+    record("streamed chat", len(chunks) >= 2, f"{len(chunks)} chunks")
+    step[0] = "/metrics"
+    metrics = requests.get(f"{base}/metrics", timeout=30).text
+    prefix = subject.target.smoke.metrics_prefix
+    record("/metrics", prefix in metrics, f"{len(metrics.splitlines())} lines, {prefix}* present")
+
+
+def what_happened(name: str, exc: Exception) -> str:
+    """One line: the request's error, the container's state, the worker's fatal signal, the log's end."""
+    state = container_state(name)
+    if not state:
+        where = "container gone"
+    elif state.get("Running"):
+        where = "container still running"
+    else:
+        where = f"container exited {state.get('ExitCode')}" + (" (OOM-killed)" if state.get("OOMKilled") else "")
+    logs = subprocess.run([DOCKER, "logs", "--tail", "200", name], capture_output=True, text=True)
+    text = logs.stdout + logs.stderr
+    died = re.findall(r"(?:exit code|exitcode|died with|killed by)[\s:=]+(-?\d+|SIG[A-Z]+)", text, re.I)
+    signal_note = ""
+    if died:
+        code = died[-1]
+        if code.lstrip("-").isdigit() and int(code) < 0:
+            with contextlib.suppress(ValueError):
+                code = f"{code} ({signal.Signals(-int(code)).name})"
+        signal_note = f"; worker died: {code}"
+    tail = " | ".join(line.strip() for line in text.strip().splitlines()[-3:])[-400:]
+    return f"{type(exc).__name__}: {str(exc)[:160]}; {where}{signal_note}; log: {tail}"
+
+
 # Seconds to /health: natively the tiny model is up in under a minute; under QEMU emulation vLLM's
 # imports alone take minutes (measured: 201 s on this 2-core machine).
 HEALTH_TIMEOUT = {False: 420.0, True: 1200.0}
@@ -363,7 +424,7 @@ def check_serve(
 ) -> list[SmokeCheck]:
     """Serve a model (the generated tiny one unless given) and talk to it as an application would."""
     import requests
-    from openai import OpenAI
+    from openai import OpenAI, OpenAIError
 
     platform = platform or subject.native_platform
     checks: list[SmokeCheck] = []
@@ -384,35 +445,14 @@ def check_serve(
         if not record("/health", ok, detail or f"200 after {time.monotonic() - started:.0f} s"):
             return checks
         base = f"http://127.0.0.1:{c.port}"
-        client = OpenAI(base_url=f"{base}/v1", api_key="unused", timeout=300 if emulation else 120)
-        models = [m.id for m in client.models.list().data]
-        record("/v1/models", models == ["tiny"], str(models))
-        asked = time.monotonic()
-        completion = client.completions.create(model="tiny", prompt="Hello", max_tokens=16, temperature=0)
-        took = time.monotonic() - asked
-        tokens = completion.usage.completion_tokens if completion.usage else 0
-        record(
-            "completion",
-            bool(completion.choices) and tokens > 0,
-            f"{completion.choices[0].text!r}: {tokens} tokens in {took:.2f} s "
-            f"({tokens / max(took, 1e-6):.1f} tokens/s)",
-        )
-        chat = client.chat.completions.create(
-            model="tiny", messages=[{"role": "user", "content": "Hi"}], max_tokens=8, temperature=0
-        )
-        record(
-            "chat completion",
-            bool(chat.choices) and chat.usage.completion_tokens > 0,
-            repr(chat.choices[0].message.content),
-        )
-        stream = client.chat.completions.create(
-            model="tiny", messages=[{"role": "user", "content": "Hi"}], max_tokens=8, stream=True
-        )
-        chunks = [chunk for chunk in stream]
-        record("streamed chat", len(chunks) >= 2, f"{len(chunks)} chunks")
-        metrics = requests.get(f"{base}/metrics", timeout=30).text
-        prefix = subject.target.smoke.metrics_prefix
-        record("/metrics", prefix in metrics, f"{len(metrics.splitlines())} lines, {prefix}* present")
+        client = OpenAI(base_url=f"{base}/v1", api_key="unused", timeout=300 if emulation else 120, max_retries=0)
+        step = ["/v1/models"]  # the check in progress, for the failure line
+        try:
+            _talk(client, base, subject, record, step)
+        except (OpenAIError, requests.RequestException) as exc:
+            # The server died or stopped answering: say what happened, never an internal error.
+            record(step[0], False, what_happened(c.name, exc))
+            return checks
         deadline = time.monotonic() + 90
         status = ""
         while time.monotonic() < deadline:

@@ -1,0 +1,38 @@
+"""When the server dies mid-smoke, the check says what happened, in one line (issue 11, item 7)."""
+
+from __future__ import annotations
+
+import subprocess
+import uuid
+
+import pytest
+
+from xcforge import smoke
+
+DOCKER = "/usr/bin/docker"
+
+
+def test_what_happened_names_state_signal_and_log(monkeypatch):
+    monkeypatch.setattr(smoke, "container_state", lambda name: {"Running": False, "ExitCode": 1, "OOMKilled": False})
+
+    class Logs:
+        stdout = "INFO starting\nERROR Engine core proc EngineCore_0 died with exit code -4\nERROR shutting down\n"
+        stderr = ""
+
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: Logs())
+    line = smoke.what_happened("x", ConnectionError("Connection error."))
+    assert "\n" not in line
+    assert line.startswith("ConnectionError: Connection error.; container exited 1")
+    assert "worker died: -4 (SIGILL)" in line and "ERROR shutting down" in line
+
+
+@pytest.mark.docker
+def test_what_happened_with_a_real_container_that_was_killed():
+    name = f"xcforge-died-{uuid.uuid4().hex[:6]}"
+    subprocess.run([DOCKER, "run", "--name", name, "127.0.0.1:5000/standin/docker.io/library/python:3.11-slim-bookworm",
+                    "sh", "-c", "echo worker died with exit code -4; exit 137"], capture_output=True)  # fmt: skip
+    try:
+        line = smoke.what_happened(name, TimeoutError("timed out"))
+        assert "container exited 137" in line and "worker died: -4 (SIGILL)" in line
+    finally:
+        subprocess.run([DOCKER, "rm", "-f", name], capture_output=True)
