@@ -435,11 +435,17 @@ def check_serve(
         return ok
 
     env = {"VLLM_CPU_KVCACHE_SPACE": "1"} if subject.target.backend == "cpu" else {}
-    with (
-        tiny_model(model_dir) as tiny,
-        model_for(subject, tiny, platform) as model,
-        served(subject, model, extra_env=env, platform=platform, emulation=emulation) as c,
-    ):
+    with contextlib.ExitStack() as stack:
+        tiny = stack.enter_context(tiny_model(model_dir))
+        try:
+            model = stack.enter_context(model_for(subject, tiny, platform))
+        except subprocess.CalledProcessError as exc:
+            tail = (exc.stderr or b"").decode(errors="replace") if isinstance(exc.stderr, bytes) else exc.stderr or ""
+            record(
+                f"model ({subject.target.smoke.model_format})", False, f"exit {exc.returncode}: {tail.strip()[-300:]}"
+            )
+            return checks
+        c = stack.enter_context(served(subject, model, extra_env=env, platform=platform, emulation=emulation))
         started = time.monotonic()
         ok, detail = wait_healthy(c, timeout=HEALTH_TIMEOUT[emulation is not None])
         if not record("/health", ok, detail or f"200 after {time.monotonic() - started:.0f} s"):
