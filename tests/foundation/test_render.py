@@ -146,18 +146,23 @@ def test_dry_run_prints_plan_and_dockerfile(name):
 def test_list_one_line_per_target_and_its_platforms_verification():
     proc = _cli("--list")
     assert proc.returncode == 0
-    lines = proc.stdout.strip().splitlines()
+    lines = [line for line in proc.stdout.strip().splitlines() if line.strip()]
+    assert lines[-1].startswith("Which image fits which CPU")
+    lines = lines[:-1]
     assert [line.split()[0] for line in lines if not line.startswith(" ")] == TARGETS
-    platforms = [line.split() for line in lines if line.startswith(" ")]
+    platforms = [line.split() for line in lines if line.strip().startswith("linux/")]
     assert len(platforms) == sum(len(MATRIX.targets[t].platforms) for t in TARGETS)
     assert all(p[1] in ("rendered", "deps-resolved") for p in platforms)  # a listing proves no install
+    needs = [line for line in lines if line.split()[0] == "needs"]
+    assert len(needs) == sum(len(MATRIX.targets[t].cpu_isa) for t in TARGETS)
+    assert "ARMv8.0-A with NEON (llama.cpp built for armv8-a), e.g. Phytium FT-2000+/64 (fp asimd)" in proc.stdout
     assert "linux/amd64  rendered       lock unverified (needs https://download.pytorch.org/whl/cpu)" in proc.stdout
 
 
 def test_unknown_target_lists_valid_ones():
     proc = _cli("--target", "npu", "--dry-run")
     assert proc.returncode == 2
-    assert "valid targets: cuda, ascend, mlu, cpu" in proc.stderr
+    assert "valid targets: cuda, ascend, mlu, cpu, feiteng" in proc.stderr
     assert "Traceback" not in proc.stderr
 
 
