@@ -546,7 +546,8 @@ def _serve_or_skip(subject: SmokeSubject, model_dir: Path | None) -> list[SmokeC
             )
     if subject.native_platform not in subject.platforms:
         return checks
-    if subject.target.backend != "cpu" and not subject.on_device:
+    # A target without device nodes serves on the CPU (cpu, feiteng): here, on every machine.
+    if subject.target.runtime.devices and not subject.on_device:
         checks.append(
             SmokeCheck(
                 "serve",
