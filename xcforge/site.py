@@ -15,7 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from xcforge.errors import ConfigError
-from xcforge.matrix import _format_errors
+from xcforge.matrix import EnvName, HostName, NoProxy, Url, _format_errors
 from xcforge.render import REPO_ROOT
 from xcforge.yaml_source import load_yaml
 
@@ -33,19 +33,19 @@ class _Frozen(BaseModel):
 
 
 class PipSettings(_Frozen):
-    index_url: str | None = None
+    index_url: Url | None = None
     # None keeps each target's own extra indexes from the matrix; a list (even empty) replaces them.
-    extra_index_urls: tuple[str, ...] | None = None
-    trusted_hosts: tuple[str, ...] = ()
+    extra_index_urls: tuple[Url, ...] | None = None
+    trusted_hosts: tuple[HostName, ...] = ()
     # Name of an environment variable holding an index credential ("user:token" or a token);
     # it is written into the pip.conf secret, never into the Dockerfile, args or logs.
-    token_env: str | None = None
+    token_env: EnvName | None = None
 
 
 class ProxySettings(_Frozen):
-    http: str | None = None
-    https: str | None = None
-    no_proxy: str | None = None
+    http: Url | None = None
+    https: Url | None = None
+    no_proxy: NoProxy | None = None
 
 
 class SiteConfig(_Frozen):
@@ -53,7 +53,7 @@ class SiteConfig(_Frozen):
     # Base-image prefix → replacement prefix, e.g. quay.io/ascend → harbor.corp.example/ascend.
     mirrors: dict[str, str] = Field(default_factory=dict)
     pip: PipSettings = PipSettings()
-    apt_mirror: str | None = None
+    apt_mirror: Url | None = None
     proxy: ProxySettings = ProxySettings()
     ca_bundle: Path | None = None
     wheelhouse: Path | None = None

@@ -19,27 +19,31 @@ from xcforge_engine import log
 
 
 def run_supervised(argv: Sequence[str], env: Mapping[str, str], grace: float) -> int:
-    child = subprocess.Popen(list(argv), env=dict(env))
     stopping = threading.Event()
+    started: list[subprocess.Popen] = []
 
     def again() -> None:
-        if child.poll() is None:
+        if started and started[0].poll() is None:
             log.warning(f"{argv[0]} still running {grace:g} s after the stop signal: interrupting it again")
-            child.send_signal(signal.SIGINT)
+            started[0].send_signal(signal.SIGINT)
 
     def forward(signum: int, _frame: object) -> None:
-        if child.poll() is not None:
-            return
-        child.send_signal(signum)
-        if not stopping.is_set():
-            stopping.set()
-            timer = threading.Timer(grace, again)
-            timer.daemon = True
-            timer.start()
+        stopping.set()
+        if not started or started[0].poll() is not None:
+            return  # not started yet: Popen below sees `stopping` and stops it at once
+        started[0].send_signal(signum)
+        if not getattr(forward, "timer", None):
+            forward.timer = threading.Timer(grace, again)  # type: ignore[attr-defined]
+            forward.timer.daemon = True  # type: ignore[attr-defined]
+            forward.timer.start()  # type: ignore[attr-defined]
 
+    # Handlers first: a stop signal that comes while the server is starting is not lost.
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, forward)
-    code = child.wait()
+    started.append(subprocess.Popen(list(argv), env=dict(env)))
+    if stopping.is_set():
+        forward(signal.SIGTERM, None)
+    code = started[0].wait()
     if stopping.is_set() and code in (1, -signal.SIGINT, -signal.SIGTERM):
         return 0  # stopped because we were asked to: a clean stop for Docker
     return 128 - code if code < 0 else code
