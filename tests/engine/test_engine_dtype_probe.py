@@ -108,3 +108,28 @@ def test_real_subprocess_signals_exits_and_timeouts(tmp_path):
     assert subprocess_runner(_script(tmp_path, "ok", "echo ok"), env)("float32").ok
     hung = subprocess_runner(_script(tmp_path, "hang", "sleep 5"), env, timeout=0.5)("float32")
     assert hung.detail == "timed out after 0.5 s"
+
+
+def test_thread_binding_is_proven_and_dropped_when_the_kernel_refuses(amx_box, env_for, capsys):
+    from xcforge_engine.serve import prove_binding
+
+    env = env_for("cpu")
+    amx_box.cgroup_v2(cpuset="2-5")
+    p = plan(amx_box, env, "--model", "/models/m")
+    bind = next(s for s in p.settings if s.name == "VLLM_CPU_OMP_THREADS_BIND")
+    pinned = []
+    assert prove_binding(p, lambda cpus: pinned.append(cpus) or "ok") == p
+    assert pinned == [[2, 3, 4]] and bind.value == "2-4"  # 5 is left to the API server
+    refused = prove_binding(p, lambda cpus: "OSError: [Errno 22] Invalid argument")
+    assert refused.env["VLLM_CPU_OMP_THREADS_BIND"] == "nobind" == refused.env_changes["VLLM_CPU_OMP_THREADS_BIND"]
+    assert "Invalid argument" in capsys.readouterr().err
+
+
+def test_real_affinity_probe_on_this_machine():
+    import sys
+
+    from xcforge_engine.dtype_probe import affinity_runner
+
+    run = affinity_runner(sys.executable, dict(os.environ))
+    assert run(sorted(os.sched_getaffinity(0))[:1]) == "ok"
+    assert "Invalid argument" in run([4095])  # a CPU this machine does not have

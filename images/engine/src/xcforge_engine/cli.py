@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from xcforge_engine import __version__, log
 from xcforge_engine.backends import resolve_backend
 from xcforge_engine.doctor import build_report, render_text
-from xcforge_engine.dtype_probe import subprocess_runner
+from xcforge_engine.dtype_probe import affinity_runner, subprocess_runner
 from xcforge_engine.environment import truthy
 from xcforge_engine.errors import EngineError, UsageError
 from xcforge_engine.health import DEFAULT_TIMEOUT, check_health, health_url
@@ -32,6 +32,7 @@ from xcforge_engine.serve import (
     log_plan,
     parse_serve_args,
     plan_serve,
+    prove_binding,
     prove_dtype,
     require_engine,
     write_state,
@@ -110,6 +111,7 @@ class Launcher:
             print(json.dumps(plan.as_dict(), indent=2))
             return 0
         plan = prove_dtype(plan, subprocess_runner(plan.argv[0], plan.env), self.host.arch(), self.env)
+        plan = prove_binding(plan, affinity_runner(sys.executable, plan.env))
         write_state(plan, self.env)
         if plan.stop_grace:
             log.info(f"run: {shlex.join(plan.argv)} (the launcher stays its parent to stop it cleanly)")

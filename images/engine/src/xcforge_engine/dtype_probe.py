@@ -77,3 +77,27 @@ def choose(derived: str, allowed: Sequence[str], run: Runner) -> tuple[str | Non
         if result.ok:
             return dtype, tried
     return None, tried
+
+
+# --------------------------------------------------------------------------- thread binding
+
+AFFINITY_PROBE = "import os, sys; os.sched_setaffinity(0, {int(c) for c in sys.argv[1].split(',')}); print('ok')"
+
+
+def affinity_runner(python: str, env: Mapping[str, str], timeout: float = 60.0) -> Callable[[list[int]], str]:
+    """Pin a throw-away process to the CPUs the binding names: "ok", or why the kernel refused."""
+
+    def run(cpus: list[int]) -> str:
+        try:
+            proc = subprocess.run(
+                [python, "-S", "-c", AFFINITY_PROBE, ",".join(map(str, cpus))],
+                capture_output=True, text=True, env=dict(env), timeout=timeout,
+            )  # fmt: skip
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return f"probe did not run ({exc})"
+        if proc.returncode == 0 and proc.stdout.strip() == "ok":
+            return "ok"
+        last = next((line for line in reversed(proc.stderr.splitlines()) if line.strip()), f"exit {proc.returncode}")
+        return last.strip()[:200]
+
+    return run

@@ -12,7 +12,7 @@ import os
 import shlex
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -34,6 +34,7 @@ from xcforge_engine.errors import EngineMissing, PreflightFailed, UsageError
 from xcforge_engine.host import Host
 from xcforge_engine.image import ImageFacts
 from xcforge_engine.isa import cpuinfo_finding, isa_finding
+from xcforge_engine.limits import parse_cpulist
 from xcforge_engine.modelinfo import is_local, local_model, model_problems
 from xcforge_engine.presets import Preset, PresetBook, load_presets
 from xcforge_engine.software import Software
@@ -368,6 +369,28 @@ def prove_dtype(plan: ServePlan, run: Runner, arch: str, env: Mapping[str, str])
             break
     settings = [proven if s is setting else s for s in plan.settings]
     return replace(plan, argv=argv, settings=settings)
+
+
+BIND_VAR = "VLLM_CPU_OMP_THREADS_BIND"
+
+
+def prove_binding(plan: ServePlan, pin: Callable[[list[int]], str]) -> ServePlan:
+    """The derived thread binding is proven by pinning a process to its CPUs; if the kernel refuses
+    (a cpuset that changed, a seccomp profile that blocks sched_setaffinity) vLLM runs unbound."""
+    setting = next((s for s in plan.settings if s.name == BIND_VAR and not s.kept and s.value), None)
+    if setting is None or setting.value in ("auto", "all", "nobind"):
+        return plan
+    cpus = sorted({c for group in setting.value.split("|") for c in parse_cpulist(group)})
+    verdict = pin(cpus)
+    if verdict == "ok":
+        log.info(f"thread binding probe: a process pinned to {setting.value} ran")
+        return plan
+    log.warning(f"{BIND_VAR}={setting.value} failed its probe ({verdict}): vLLM runs unbound ({BIND_VAR}=nobind)")
+    proven = replace(setting, value="nobind", why=f"probe: pinning to {setting.value} failed ({verdict})")
+    env = {**plan.env, BIND_VAR: "nobind"}
+    changes = {**plan.env_changes, BIND_VAR: "nobind"}
+    settings = [proven if s is setting else s for s in plan.settings]
+    return replace(plan, env=env, env_changes=changes, settings=settings)
 
 
 def require_engine(image: ImageFacts, software: Software) -> None:
