@@ -12,6 +12,20 @@ front. A cut at the *end* leaves a valid shorter chain, so every append also rew
 (`<log>.head`: count and last hash); `verify_audit_log` compares the two, and CI can publish the
 head (it is in the build report) to anchor the log outside the machine.
 
+Checkpoints: `checkpoint(key)` appends an entry whose `signature` is SM2 over
+`xcforge-audit-checkpoint:v1:<count>:<hash of entry count-1>`: rewriting the chain (and its head)
+then needs the SM2 key, and `verify_audit_log(..., sm2_public=KEY)` checks every checkpoint and
+says how many entries follow the last one. `sign` writes one after each run.
+
+Segments: `rotate()` closes the current file as `<log>.<first seq>-<last seq>` (8 digits each)
+and starts a new one with a `rotate` entry chained to the old head; the chain and `seq` run on
+across segments, and verify walks them all in order. `prune(days)` deletes closed segments whose
+newest entry is older than the retention period, which is at least RETENTION_DAYS (180: 等保 level 3
+asks for six months of audit records); it refuses younger ones, and records what it removed (the
+removed segment's last hash, which the next segment chains to) in a `prune` entry. `export(out)`
+writes the closed segments, the current file and the head into one tar.gz with SHA256SUMS, for a
+remote store.
+
 Nothing secret is written: entries take only the named fields, values are checked to be short
 strings, and key material never reaches this module (callers pass key ids).
 """
@@ -36,8 +50,13 @@ from xcforge.errors import ConfigError, VerificationFailed
 
 DEFAULT_AUDIT_LOG = Path("dist/audit.log.jsonl")
 GENESIS = "0" * 64
-ACTIONS = frozenset({"build", "push", "sign", "verify", "promote", "keygen"})
-_FIELDS = ("seq", "time", "actor", "action", "subject", "digest", "key_id", "result", "details", "prev")
+ACTIONS = frozenset({"build", "push", "sign", "verify", "promote", "keygen", "checkpoint", "rotate", "prune", "export"})
+_FIELDS = (
+    "seq", "time", "actor", "action", "subject", "digest", "key_id", "result", "details", "signature", "prev"
+)  # fmt: skip
+RETENTION_DAYS = 180
+CHECKPOINT_DOMAIN = b"xcforge-audit-checkpoint:v1:"
+_SEGMENT = re.compile(r"\.(\d{8})-(\d{8})$")
 _MAX_VALUE = 512
 # A value that looks like key material is refused outright: PEM armour or a long base64/hex blob.
 _SECRET_SHAPES = re.compile(r"-----BEGIN|PRIVATE KEY|[A-Za-z0-9+/=]{120,}")
@@ -91,6 +110,10 @@ class AuditVerification:
     count: int
     last_hash: str
     problem: str | None = None
+    segments: int = 1
+    checkpoints: int = 0  # valid signed checkpoints (when a key was given)
+    unsigned_tail: int = 0  # entries after the last valid checkpoint
+    pruned_before: int = 0  # the first seq still present (entries before it were pruned by policy)
 
 
 class AuditLog:
@@ -111,10 +134,26 @@ class AuditLog:
             fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
 
+    def segments(self) -> list[Path]:
+        """Closed segments, oldest first."""
+        found = [
+            (int(m.group(1)), p) for p in self.path.parent.glob(self.path.name + ".*") if (m := _SEGMENT.search(p.name))
+        ]
+        return [p for _, p in sorted(found)]
+
     def _last(self) -> tuple[int, str]:
         """(next seq, prev hash) from the last line; the chain itself is checked by verify."""
+        if not self.path.exists() or self.path.stat().st_size == 0:
+            segments = self.segments()
+            if segments:  # just rotated: continue from the newest closed segment
+                return self._last_of(segments[-1])
+        return self._last_of(self.path)
+
+    def _last_of(self, path: Path) -> tuple[int, str]:
         last_line = b""
-        with open(self.path, "rb") as fh:
+        if not path.exists():
+            return 0, GENESIS
+        with open(path, "rb") as fh:
             fh.seek(0, os.SEEK_END)
             size = fh.tell()
             fh.seek(max(0, size - 64 * 1024))
@@ -142,12 +181,18 @@ class AuditLog:
         details: Mapping[str, str] | None = None,
         actor: str | None = None,
         now: datetime | None = None,
+        signature: str | None = None,
+        _sign=None,
     ) -> dict[str, Any]:
         if action not in ACTIONS:
             raise ConfigError(f"unknown audit action {action!r} (known: {', '.join(sorted(ACTIONS))})")
         clean_details = {str(k): _clean(f"details.{k}", v) for k, v in (details or {}).items()}
         with self._locked() as fd:
             seq, prev = self._last()
+            if _sign is not None:  # a checkpoint: signs the head as it is under the lock
+                signature = _sign(seq, prev)
+            if signature is not None and not re.fullmatch(r"[0-9a-f]{16,512}", signature):
+                raise ConfigError("audit signature must be lower-case hex")
             entry: dict[str, Any] = {
                 "seq": seq,
                 "time": (now or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
@@ -158,6 +203,7 @@ class AuditLog:
                 "key_id": _clean("key_id", key_id),
                 "result": _clean("result", result),
                 "details": clean_details or None,
+                "signature": signature,
                 "prev": prev,
             }
             entry = {k: entry[k] for k in _FIELDS if entry[k] is not None}
@@ -166,6 +212,79 @@ class AuditLog:
             os.fsync(fd)
             self._write_head(AuditHead(seq + 1, entry["hash"]))
         return entry
+
+    def checkpoint(self, private_key, *, actor: str | None = None) -> dict[str, Any]:
+        """Sign the chain head with the SM2 key (see the module docstring)."""
+
+        def sign(count: int, head: str) -> str:
+            return private_key.sign(CHECKPOINT_DOMAIN + f"{count}:{head}".encode()).hex()
+
+        return self.record("checkpoint", key_id=private_key.key_id, subject="sm2-checkpoint", actor=actor, _sign=sign)
+
+    def rotate(self) -> Path | None:
+        """Close the current file as a segment; the next entry (a `rotate`) chains to it."""
+        with self._locked():
+            raw = self.path.read_bytes()
+            if not raw.strip():
+                return None
+            lines = raw.splitlines()
+            first, last = json.loads(lines[0])["seq"], json.loads(lines[-1])["seq"]
+            segment = self.path.with_name(f"{self.path.name}.{first:08d}-{last:08d}")
+            if segment.exists():
+                raise VerificationFailed(f"{segment} already exists: the log and its segments disagree")
+            tmp = segment.with_name(segment.name + ".tmp")
+            with open(tmp, "wb") as fh:
+                fh.write(raw)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, segment)
+            # Emptied in place (under the lock), once the segment holds the bytes on disk.
+            with open(self.path, "r+b") as fh:
+                fh.truncate(0)
+        self.record("rotate", subject=segment.name, details={"entries": str(len(lines))})
+        return segment
+
+    def prune(self, *, retention_days: int = RETENTION_DAYS, now: datetime | None = None) -> list[Path]:
+        """Delete closed segments older than the retention period (never younger than 180 days)."""
+        if retention_days < RETENTION_DAYS:
+            raise ConfigError(
+                f"retention of {retention_days} days is below the policy's {RETENTION_DAYS} (等保 level 3 keeps "
+                "six months of audit records); pass --retention-days 180 or more"
+            )
+        now = now or datetime.now(UTC)
+        removed = []
+        for segment in self.segments()[:-1] or []:  # the newest closed segment anchors the chain
+            last = json.loads(segment.read_bytes().splitlines()[-1])
+            age = now - datetime.strptime(last["time"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+            if age.days < retention_days:
+                break  # segments are in order: every later one is younger still
+            self.record(
+                "prune",
+                subject=segment.name,
+                details={"last_seq": str(last["seq"]), "last_hash": last["hash"], "age_days": str(age.days)},
+            )
+            segment.unlink()
+            removed.append(segment)
+        return removed
+
+    def export(self, out: Path) -> Path:
+        """Closed segments + current file + head into one tar.gz with SHA256SUMS (for a remote store)."""
+        import hashlib
+        import io
+        import tarfile
+
+        files = [*self.segments(), self.path, self.head_path]
+        sums = "".join(f"{hashlib.sha256(f.read_bytes()).hexdigest()}  {f.name}\n" for f in files if f.exists())
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with tarfile.open(out, "w:gz") as tar:
+            for f in files:
+                if f.exists():
+                    tar.add(f, arcname=f.name)
+            info = tarfile.TarInfo("SHA256SUMS")
+            info.size = len(sums.encode())
+            tar.addfile(info, io.BytesIO(sums.encode()))
+        self.record("export", subject=out.name, details={"files": str(len(files))})
+        return out
 
     def _write_head(self, head: AuditHead) -> None:
         tmp = self.head_path.with_name(self.head_path.name + ".tmp")
@@ -183,42 +302,75 @@ class AuditLog:
 
 
 def verify_audit_log(
-    path: os.PathLike[str] | str = DEFAULT_AUDIT_LOG, *, expected_head: AuditHead | None = None
+    path: os.PathLike[str] | str = DEFAULT_AUDIT_LOG,
+    *,
+    expected_head: AuditHead | None = None,
+    sm2_public=None,
 ) -> AuditVerification:
-    """Check the whole chain, then the head (the file's, or `expected_head` from elsewhere)."""
+    """Check the chain through every segment, then the head (the file's, or `expected_head` from
+    elsewhere), then, given the SM2 public key, every checkpoint's signature."""
     log = AuditLog(path)
-    prev, count = GENESIS, 0
-    try:
-        raw = log.path.read_bytes()
-    except FileNotFoundError:
+    files = [*log.segments(), log.path]
+    if not log.path.exists() and len(files) == 1:
         return AuditVerification(False, 0, GENESIS, f"{log.path} does not exist")
-    if raw and not raw.endswith(b"\n"):
-        return AuditVerification(False, 0, GENESIS, "the last line is cut short (file truncated mid-entry)")
-    for number, line in enumerate(raw.splitlines(), start=1):
+    entries: list[tuple[str, int, dict]] = []
+    for file in files:
         try:
-            entry = json.loads(line)
-        except ValueError:
-            return AuditVerification(False, count, prev, f"line {number} is not JSON")
-        if not isinstance(entry, dict) or canonical(entry) != line:
-            return AuditVerification(False, count, prev, f"line {number} is not in canonical form (edited by hand?)")
-        if entry.get("seq") != count:
+            raw = file.read_bytes()
+        except FileNotFoundError:
+            continue
+        if raw and not raw.endswith(b"\n"):
             return AuditVerification(
-                False,
-                count,
-                prev,
-                f"line {number} has seq {entry.get('seq')}, expected {count} (lines removed or reordered)",
+                False, 0, GENESIS, f"{file.name}: the last line is cut short (truncated mid-entry)"
             )
+        for number, line in enumerate(raw.splitlines(), start=1):
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                return AuditVerification(False, 0, GENESIS, f"{file.name} line {number} is not JSON")
+            if not isinstance(entry, dict) or canonical(entry) != line:
+                problem = f"{file.name} line {number} is not in canonical form (edited by hand?)"
+                return AuditVerification(False, 0, GENESIS, problem)
+            entries.append((file.name, number, entry))
+    # Entries pruned by policy: the first one left chains to a hash a later `prune` entry records.
+    pruned = {e["details"]["last_hash"]: int(e["details"]["last_seq"]) for _, _, e in entries
+              if e.get("action") == "prune" and isinstance(e.get("details"), dict)}  # fmt: skip
+    prev, seq = GENESIS, 0
+    if entries and entries[0][2].get("prev") in pruned:
+        prev, seq = entries[0][2]["prev"], pruned[entries[0][2]["prev"]] + 1
+    first_seq = seq
+    signed, last_signed_seq = 0, None
+    for name, number, entry in entries:
+        where = f"{name} line {number}"
+        if entry.get("seq") != seq:
+            problem = f"{where} has seq {entry.get('seq')}, expected {seq} (lines removed or reordered)"
+            return AuditVerification(False, seq, prev, problem)
         if entry.get("prev") != prev:
-            return AuditVerification(False, count, prev, f"line {number} does not chain to the previous entry")
+            return AuditVerification(False, seq, prev, f"{where} does not chain to the previous entry")
         if entry.get("hash") != entry_hash(entry):
-            return AuditVerification(False, count, prev, f"line {number} was modified (its hash does not match)")
-        prev, count = entry["hash"], count + 1
+            return AuditVerification(False, seq, prev, f"{where} was modified (its hash does not match)")
+        if entry.get("action") == "checkpoint" and sm2_public is not None:
+            message = CHECKPOINT_DOMAIN + f"{seq}:{prev}".encode()
+            try:
+                valid = sm2_public.verify(message, bytes.fromhex(entry.get("signature", "")))
+            except ValueError:
+                valid = False
+            if not valid:
+                problem = f"{where}: checkpoint signature does not verify with SM2 key {sm2_public.short_id}"
+                return AuditVerification(False, seq, prev, problem + " (chain rewritten, or another key)")
+            signed, last_signed_seq = signed + 1, seq
+        prev, seq = entry["hash"], seq + 1
     head = expected_head if expected_head is not None else log.head()
+    result = {"segments": len(files), "pruned_before": first_seq}
     if head is None:
-        if count:
+        if seq:
             problem = f"{log.head_path} is missing: cannot rule out a cut at the end"
-            return AuditVerification(False, count, prev, problem)
-    elif (head.count, head.last_hash) != (count, prev):
-        problem = f"log ends at entry {count} but the head records {head.count} entries (entries removed at the end)"
-        return AuditVerification(False, count, prev, problem)
-    return AuditVerification(True, count, prev)
+            return AuditVerification(False, seq, prev, problem, **result)
+    elif (head.count, head.last_hash) != (seq, prev):
+        problem = f"log ends at entry {seq} but the head records {head.count} entries (entries removed at the end)"
+        return AuditVerification(False, seq, prev, problem, **result)
+    tail = seq - (last_signed_seq + 1) if last_signed_seq is not None else seq - first_seq
+    if sm2_public is not None and signed == 0 and seq > first_seq:
+        problem = f"no checkpoint signed by SM2 key {sm2_public.short_id}: the whole chain could have been rewritten"
+        return AuditVerification(False, seq, prev, problem, checkpoints=0, unsigned_tail=tail, **result)
+    return AuditVerification(True, seq, prev, checkpoints=signed, unsigned_tail=tail, **result)

@@ -83,12 +83,30 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     audit_verify = audit_sub.add_parser("verify", parents=parents, help="check the audit log's hash chain")
     audit_verify.add_argument("path", nargs="?", type=Path, help="default dist/audit.log.jsonl")
     audit_verify.add_argument("--expect-head", metavar="COUNT:HASH", help="head recorded elsewhere (CI report)")
+    audit_verify.add_argument(
+        "--sm2-key", type=Path, help="SM2 public key (or the private key, for its public half): check checkpoints"
+    )
     audit_verify.set_defaults(func=run_audit_verify)
+    for name, helptext in (
+        ("checkpoint", "sign the chain head with the SM2 key (--sm2-key or $XCFORGE_SM2_KEY)"),
+        ("rotate", "close the current file as a segment and start a new one chained to it"),
+        ("prune", "delete closed segments older than the retention period (at least 180 days)"),
+        ("export", "write every segment, the current file and the head into one tar.gz with SHA256SUMS"),
+    ):
+        action = audit_sub.add_parser(name, parents=parents, help=helptext)
+        action.add_argument("path", nargs="?", type=Path, help="default dist/audit.log.jsonl")
+        if name == "checkpoint":
+            action.add_argument("--sm2-key", type=Path, help="SM2 private key (PEM/DER PKCS#8)")
+        if name == "prune":
+            action.add_argument("--retention-days", type=int, default=180, help="at least 180 (the policy)")
+        if name == "export":
+            action.add_argument("--out", type=Path, required=True, help="the .tar.gz to write")
+        action.set_defaults(func=run_audit_action, audit_action=name)
     audit.set_defaults(func=lambda args: _missing_action(audit))
 
 
 def _missing_action(parser: argparse.ArgumentParser) -> int:
-    raise ConfigError(f"{parser.prog}: choose an action (verify)")
+    raise ConfigError(f"{parser.prog}: choose an action (verify, checkpoint, rotate, prune, export)")
 
 
 def _add_audit(parser: argparse.ArgumentParser) -> None:
@@ -307,6 +325,9 @@ def run_sign(args: argparse.Namespace) -> int:
             )
     for record in records:
         print(record.line())
+    if audit is not None and sm2_key is not None:
+        entry = audit.checkpoint(sm2_key)  # the chain head, signed: rewriting the log needs this key
+        print(f"audit checkpoint at entry {entry['seq']} (SM2 {sm2_key.public_key.short_id})")
     if args.keyless:
         from signing.keyless import sign_keyless
 
@@ -351,13 +372,20 @@ def run_verify(args: argparse.Namespace) -> int:
         "sm2_dist_id": args.sm2_distid.encode("utf-8"),
     }
     ref = Reference.parse(image)
-    if archive is not None:
-        if ref.digest is None:
-            raise ConfigError("verify --archive needs IMAGE@DIGEST (the name and digest the archive was signed for)")
-        report = verify_archive(archive, ref.digest, ref.name, sm2_keys, cosign_keys, require, **options)
-    else:
-        keyless = {"keyless_identity": args.keyless_identity, "keyless_issuer": args.keyless_issuer}
-        report = verify_image(ref, sm2_keys, cosign_keys, require, insecure=args.insecure, **keyless, **options)
+    if archive is not None and ref.digest is None:
+        raise ConfigError("verify --archive needs IMAGE@DIGEST (the name and digest the archive was signed for)")
+    try:
+        if archive is not None:
+            report = verify_archive(archive, ref.digest, ref.name, sm2_keys, cosign_keys, require, **options)
+        else:
+            keyless = {"keyless_identity": args.keyless_identity, "keyless_issuer": args.keyless_issuer}
+            report = verify_image(ref, sm2_keys, cosign_keys, require, insecure=args.insecure, **keyless, **options)
+    except Exception as exc:
+        # A verification that could not even run (registry unreachable, bad archive) is audited too.
+        audit = _audit(args)
+        if audit is not None:
+            audit.record("verify", digest=ref.digest, subject=ref.name, result=f"error: {type(exc).__name__}")
+        raise
     for line in report.lines():
         print(line)
     audit = _audit(args)
@@ -400,8 +428,47 @@ def run_audit_verify(args: argparse.Namespace) -> int:
         if not sep or not count.isdigit():
             raise ConfigError("--expect-head takes COUNT:HASH")
         expected = AuditHead(int(count), last_hash)
-    result = verify_audit_log(path, expected_head=expected)
+    public = _public_keys([args.sm2_key], SM2_KEY_ENV, "sm2")[0] if args.sm2_key else None
+    result = verify_audit_log(path, expected_head=expected, sm2_public=public)
     if not result.ok:
         raise VerificationFailed(f"audit log {path}: {result.problem}")
-    print(f"audit log {path}: {result.count} entries, chain intact, head {result.count}:{result.last_hash}")
+    print(
+        f"audit log {path}: {result.count} entries in {result.segments} file(s), chain intact, "
+        f"head {result.count}:{result.last_hash}"
+    )
+    if result.pruned_before:
+        print(f"  entries 0-{result.pruned_before - 1} pruned by the retention policy (recorded in the chain)")
+    if public is not None:
+        print(
+            f"  {result.checkpoints} checkpoint(s) signed by SM2 key {public.short_id}; "
+            f"{result.unsigned_tail} entries after the last one"
+        )
+    else:
+        print("  checkpoints not checked: pass --sm2-key PUB to prove the chain was not rewritten")
+    return 0
+
+
+def run_audit_action(args: argparse.Namespace) -> int:
+    from signing.audit import DEFAULT_AUDIT_LOG, AuditLog
+
+    log = AuditLog(args.path or Path(os.environ.get(AUDIT_ENV, DEFAULT_AUDIT_LOG)))
+    if args.audit_action != "checkpoint" and not log.path.exists():
+        raise ConfigError(f"audit {args.audit_action}: {log.path} does not exist")
+    if args.audit_action == "checkpoint":
+        key = load_sm2_signing_key(args.sm2_key)
+        if key is None:
+            raise ConfigError(f"audit checkpoint needs an SM2 private key: --sm2-key FILE or ${SM2_KEY_ENV}")
+        entry = log.checkpoint(key)
+        print(f"checkpoint at entry {entry['seq']}: head {entry['prev']} signed by SM2 key {key.public_key.short_id}")
+    elif args.audit_action == "rotate":
+        segment = log.rotate()
+        print(f"closed {segment}" if segment else f"{log.path} is empty: nothing to rotate")
+    elif args.audit_action == "prune":
+        removed = log.prune(retention_days=args.retention_days)
+        print(
+            f"pruned {len(removed)} segment(s) older than {args.retention_days} days"
+            + "".join(f"\n  {p}" for p in removed)
+        )
+    else:
+        print(f"exported to {log.export(args.out)}")
     return 0
