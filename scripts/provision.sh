@@ -245,7 +245,8 @@ setup_binfmt_foreign() {
 
 # ---------------------------------------------------------------- docker engine
 
-# Merge {"features": {"containerd-snapshotter": true}} into daemon.json, keeping other keys.
+# Merge {"features": {"containerd-snapshotter": true}} (and, unless set, a BuildKit cache bound) into
+# daemon.json, keeping other keys.
 # Prints "changed" when the file was rewritten.
 merge_daemon_json() {
     mkdir -p "$(dirname "$DAEMON_JSON")"
@@ -263,8 +264,14 @@ except json.JSONDecodeError as exc:
 if not isinstance(data, dict):
     sys.exit(f"provision: error: {path} must hold a JSON object")
 features = data.setdefault("features", {})
-if features.get("containerd-snapshotter") is not True:
-    features["containerd-snapshotter"] = True
+changed = features.get("containerd-snapshotter") is not True
+features["containerd-snapshotter"] = True
+# BuildKit's cache is bounded (least recently used first), so repeated test runs on one machine do
+# not fill its disk; an operator's own builder settings are kept.
+if "builder" not in data:
+    data["builder"] = {"gc": {"enabled": True, "defaultKeepStorage": "40GB"}}
+    changed = True
+if changed:
     with open(path, "w") as f:
         json.dump(data, f, indent=2)
         f.write("\n")
