@@ -291,6 +291,10 @@ def test_docker_that_stays_unusable_fails(ubuntu: Ubuntu) -> None:
 # ------------------------------------------------------------------------------------- engine
 
 
+# What provisioning leaves: the containerd store and an operator's (here: our) builder settings.
+DAEMON_JSON_DONE = '{"features": {"containerd-snapshotter": true}, "builder": {"gc": {"enabled": true}}}\n'
+
+
 def test_engine_gets_the_containerd_store_with_systemd(ubuntu: Ubuntu) -> None:
     (ubuntu.dir / "daemon.json").write_text('{"exec-opts": ["native.cgroupdriver=cgroupfs"]}\n')
     result = ubuntu.run("ubuntu_engine")
@@ -299,6 +303,7 @@ def test_engine_gets_the_containerd_store_with_systemd(ubuntu: Ubuntu) -> None:
     assert json.loads((ubuntu.dir / "daemon.json").read_text()) == {
         "exec-opts": ["native.cgroupdriver=cgroupfs"],
         "features": {"containerd-snapshotter": True},
+        "builder": {"gc": {"enabled": True, "defaultKeepStorage": "40GB"}},  # BuildKit's cache, bounded
     }
     assert result.stdout.startswith("docker engine:   restarted by systemctl (")
     assert "containerd image store" in result.stdout
@@ -310,7 +315,7 @@ def test_engine_gets_the_containerd_store_with_systemd(ubuntu: Ubuntu) -> None:
 
 
 def test_engine_restarts_when_the_store_is_classic_despite_daemon_json(ubuntu: Ubuntu) -> None:
-    (ubuntu.dir / "daemon.json").write_text('{"features": {"containerd-snapshotter": true}}\n')
+    (ubuntu.dir / "daemon.json").write_text(DAEMON_JSON_DONE)
     result = ubuntu.run("ubuntu_engine")
     assert result.returncode == 0, result.stderr
     assert "systemctl restart docker" in ubuntu.calls
@@ -325,7 +330,7 @@ def test_engine_without_the_containerd_snapshotter_fails(ubuntu: Ubuntu) -> None
 
 
 def test_engine_without_systemd_takes_the_debian_background_path(ubuntu: Ubuntu) -> None:
-    (ubuntu.dir / "daemon.json").write_text('{"features": {"containerd-snapshotter": true}}\n')
+    (ubuntu.dir / "daemon.json").write_text(DAEMON_JSON_DONE)
     ubuntu.set("store", "containerd")
     result = ubuntu.run("ubuntu_engine", systemd=False)
     assert result.returncode == 0, result.stderr
