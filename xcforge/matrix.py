@@ -541,6 +541,8 @@ def load_matrix(path: Path | str = "matrix.yaml") -> Matrix:
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
     except FileNotFoundError:
         raise ConfigError(f"{path}: file not found; run from the repository root or pass --matrix") from None
     except OSError as exc:

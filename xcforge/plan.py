@@ -8,6 +8,7 @@ base as it will be pulled (after mirrors), tags, build args, named contexts and 
 from __future__ import annotations
 
 import datetime as dt
+import re
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +26,8 @@ OutputMode = Literal["archive", "push", "push-by-digest"]
 EngineInstall = Literal["full", "skip"]
 
 DIST_DIR = REPO_ROOT / "dist"
+# HOST[:PORT][/path]: what docker and the registry client accept as a repository prefix.
+_REGISTRY_RE = re.compile(r"[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]{1,5})?(/[a-z0-9]+([._-][a-z0-9]+)*)*")
 
 
 @dataclass(frozen=True)
@@ -208,6 +211,12 @@ def make_plan(matrix: Matrix, target: Target, site: SiteConfig, options: BuildOp
     if options.push_by_digest and len(platforms) != 1:
         raise ConfigError("--push-by-digest builds exactly one platform: add --platform linux/amd64 (or arm64)")
     registry = options.registry or site.registry
+    if registry and not _REGISTRY_RE.fullmatch(registry):
+        where = "--registry" if options.registry else f"{site.path}: registry"
+        raise ConfigError(
+            f"{where}: '{registry}' is not a registry and repository prefix; write HOST[:PORT]/PREFIX, "
+            "e.g. 127.0.0.1:5000/xcforge (lower case, no scheme)"
+        )
     if (options.push or options.push_by_digest) and not registry:
         raise ConfigError("--push needs a registry: pass --registry HOST[:PORT]/PREFIX or set `registry` in --site")
 

@@ -142,6 +142,10 @@ def load_site(path: Path | str | None) -> SiteConfig:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError(f"{path}: site config not found; check --site or $XCFORGE_SITE") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start}); save the site config as UTF-8") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the site config ({exc.strerror}); pass a file to --site") from None
     raw, lines = load_yaml(text, path)
     raw = raw or {}
     if not isinstance(raw, dict):

@@ -18,15 +18,51 @@ from xcforge.errors import ConfigError
 Lines = dict[tuple, int]
 
 
+# A config file is small: bounds that no real one comes near, so that an alias bomb ("billion
+# laughs"), a self-referencing alias or absurd nesting fails fast with one line instead of eating
+# memory or the stack.
+MAX_DEPTH = 64
+MAX_NODES = 100_000
+
+
+def _check_shape(root: yaml.Node, path: Path) -> None:
+    """Depth and size with aliases expanded, iteratively; a cycle is an error of its own."""
+    stack: list[tuple[yaml.Node, int, frozenset[int]]] = [(root, 1, frozenset())]
+    visited = 0
+    while stack:
+        node, depth, ancestors = stack.pop()
+        visited += 1
+        line = node.start_mark.line + 1
+        if id(node) in ancestors:
+            raise ConfigError(f"{path}:{line}: an alias refers to a node that contains it; remove the recursive alias")
+        if depth > MAX_DEPTH:
+            raise ConfigError(f"{path}:{line}: nested more than {MAX_DEPTH} levels deep; a config file never is")
+        if visited > MAX_NODES:
+            raise ConfigError(
+                f"{path}: more than {MAX_NODES} values once aliases are expanded (an alias bomb?); write it out plainly"
+            )
+        children = []
+        if isinstance(node, yaml.MappingNode):
+            children = [child for pair in node.value for child in pair]
+        elif isinstance(node, yaml.SequenceNode):
+            children = list(node.value)
+        inner = ancestors | {id(node)}
+        stack.extend((child, depth + 1, inner) for child in children)
+
+
 def load_yaml(text: str, path: Path) -> tuple[Any, Lines]:
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
+        if root is not None:
+            _check_shape(root, path)
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise ConfigError(f"{path}:{where}: invalid YAML: {problem}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: nested more than {MAX_DEPTH} levels deep; a config file never is") from None
     lines: Lines = {}
     if root is not None:
         _walk(root, (), lines, path)

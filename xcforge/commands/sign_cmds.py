@@ -256,6 +256,8 @@ def run_keygen(args: argparse.Namespace) -> int:
 
     if not (args.sm2 or args.cosign):
         raise ConfigError("keygen: choose --sm2 and/or --cosign")
+    if args.out.exists() and not args.out.is_dir():
+        raise ConfigError(f"keygen --out {args.out}: is a file; give the directory the key files go into")
     args.out.mkdir(parents=True, exist_ok=True)
     audit = _audit(args)
     made = []
