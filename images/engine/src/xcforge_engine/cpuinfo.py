@@ -25,6 +25,8 @@ class CpuInfo:
     vendor: str | None
     model: str | None
     flags: frozenset[str]
+    # Where the flags came from: auxv (AT_HWCAP, aarch64), cpuinfo, or none.
+    source: str = "cpuinfo"
 
     def has(self, *names: str) -> bool:
         return any(name in self.flags for name in names)
@@ -69,6 +71,7 @@ def read_cpuinfo(host: Host) -> CpuInfo:
         match = re.search(rf"^{re.escape(key)}\s*:\s*(.*)$", text, re.M)
         return match.group(1).strip() if match else None
 
+    source = ""
     if arch == "aarch64":
         flags = first("Features") or ""
         # The kernel's hardware capabilities are what the CPU executes; under QEMU user emulation
@@ -78,7 +81,7 @@ def read_cpuinfo(host: Host) -> CpuInfo:
         raw = host.read_bytes("/proc/self/auxv")
         hwcap = _auxv_features(raw) if raw else None
         if hwcap is not None:
-            flags = " ".join(sorted(hwcap))
+            flags, source = " ".join(sorted(hwcap)), "auxv"
         implementer = (first("CPU implementer") or "").lower()
         vendor = _IMPLEMENTERS.get(implementer, f"implementer {implementer}" if implementer else None)
         part = first("CPU part")
@@ -87,4 +90,6 @@ def read_cpuinfo(host: Host) -> CpuInfo:
         flags = first("flags") or ""
         vendor = first("vendor_id")
         model = first("model name")
-    return CpuInfo(arch=arch, vendor=vendor, model=model, flags=frozenset(flags.split()))
+    if source != "auxv":
+        source = "cpuinfo" if flags else "none"
+    return CpuInfo(arch=arch, vendor=vendor, model=model, flags=frozenset(flags.split()), source=source)

@@ -118,14 +118,9 @@ def _auxv_features(raw: bytes) -> set[str] | None:
     return found
 
 
-def read_isa(host: Host, cpu: CpuInfo) -> CpuIsa:
-    if cpu.arch == "aarch64":
-        raw = host.read_bytes("/proc/self/auxv")
-        found = _auxv_features(raw) if raw else None
-        if found is not None:
-            return CpuIsa(cpu.arch, frozenset(found), "auxv")
-        return CpuIsa(cpu.arch, cpu.flags, "cpuinfo" if cpu.flags else "none")
-    return CpuIsa(cpu.arch, cpu.flags, "cpuinfo" if cpu.flags else "none")
+def read_isa(cpu: CpuInfo) -> CpuIsa:
+    """read_cpuinfo already took aarch64's features from AT_HWCAP where the kernel gives them."""
+    return CpuIsa(cpu.arch, cpu.flags, cpu.source)
 
 
 def foreign_cpuinfo(host: Host) -> bool:
@@ -142,7 +137,7 @@ def cpuinfo_finding(host: Host, image: ImageFacts) -> object:
     # llama.cpp reads its features from AT_HWCAP; only torch (oneDNN) trips over a foreign cpuinfo.
     if not foreign_cpuinfo(host) or not image.cpu_requires or (image.engine or "vllm") != "vllm":
         return Finding("cpu.cpuinfo", OK, "/proc/cpuinfo matches the architecture")
-    if read_isa(host, read_cpuinfo(host)).missing(image.cpu_requires.split()):
+    if read_isa(read_cpuinfo(host)).missing(image.cpu_requires.split()):
         # The ISA gate refuses this CPU already: one line, the one that matters.
         return Finding("cpu.cpuinfo", OK, "not checked: the CPU lacks what the image needs (cpu.isa)")
     return Finding(
@@ -161,7 +156,7 @@ def isa_finding(host: Host, image: ImageFacts) -> tuple[object, dict[str, object
     from xcforge_engine.backends.base import ERROR, OK, WARNING, Finding
 
     cpu = read_cpuinfo(host)
-    isa = read_isa(host, cpu)
+    isa = read_isa(cpu)
     required = (image.cpu_requires or "").split()
     missing = isa.missing(required)
     shown = f"{cpu.vendor or 'unknown vendor'}{' ' + cpu.model if cpu.model else ''}, {cpu.arch} {isa.level or ''}"

@@ -28,6 +28,7 @@ from xcforge_engine.backends.base import (
     shm_finding,
     visible_count,
 )
+from xcforge_engine.backends.cpu import BIND_VAR
 from xcforge_engine.dtype_probe import Runner, choose
 from xcforge_engine.environment import truthy
 from xcforge_engine.errors import EngineMissing, PreflightFailed, UsageError
@@ -369,9 +370,6 @@ def prove_dtype(plan: ServePlan, run: Runner, arch: str, env: Mapping[str, str])
             break
     settings = [proven if s is setting else s for s in plan.settings]
     return replace(plan, argv=argv, settings=settings)
-
-
-BIND_VAR = "VLLM_CPU_OMP_THREADS_BIND"
 
 
 def prove_binding(plan: ServePlan, pin: Callable[[list[int]], str]) -> ServePlan:
