@@ -50,7 +50,9 @@ from xcforge.errors import ConfigError, VerificationFailed
 
 DEFAULT_AUDIT_LOG = Path("dist/audit.log.jsonl")
 GENESIS = "0" * 64
-ACTIONS = frozenset({"build", "push", "sign", "verify", "promote", "keygen", "checkpoint", "rotate", "prune", "export"})
+ACTIONS = frozenset(
+    {"build", "push", "sign", "attest", "verify", "promote", "keygen", "checkpoint", "rotate", "prune", "export"}
+)
 _FIELDS = (
     "seq", "time", "actor", "action", "subject", "digest", "key_id", "result", "details", "signature", "prev"
 )  # fmt: skip

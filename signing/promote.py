@@ -2,7 +2,7 @@
 
 Copied: the manifest tree by digest (index → manifests → config and layers, byte for byte, so the
 digest is unchanged) and every tag that belongs to a digest of that tree: `sha256-<hex>.sig`,
-`.sm2`, cosign's `.att`/`.sbom`, and the referrers fallback index `sha256-<hex>` with the bundles
+`.sm2`, `.sm2att`, cosign's `.att`/`.sbom`, and the referrers fallback index `sha256-<hex>` with the bundles
 it lists. Signature manifests already at the destination are merged, not overwritten.
 
 Identity: copied signatures still name the *source* repository. verify.py rejects them under the
@@ -164,7 +164,7 @@ def promote(
     prefixes = {d.replace(":", "-", 1) for d in copier.digests_in_tree(src.digest)}
     for tag in sorted(source_client.list_tags(src.repository)):
         base, _, suffix = tag.partition(".")
-        if base in prefixes and (not suffix or f".{suffix}" in (*_SIGNATURE_SUFFIXES, ".att", ".sbom")):
+        if base in prefixes and (not suffix or f".{suffix}" in (*_SIGNATURE_SUFFIXES, ".att", ".sm2att", ".sbom")):
             copier.tag(tag)
             result.tags.append(tag)
 

@@ -134,3 +134,78 @@ def sign_archive(
         return _records(write_detached_signatures(archive, digest, payload, signers), name, digest)
 
     return _audited(audit, signers, digest, f"{archive} ({name}@{digest})", work)
+
+
+@dataclass(frozen=True)
+class AttestationRecord:
+    scheme: str
+    key_id: str
+    predicate_type: str
+    digest: str
+    location: str
+    added: bool
+
+    def line(self) -> str:
+        state = "attested" if self.added else "already attested"
+        return (
+            f"{state}: {self.scheme:<6} key {self.key_id[:16]}  {self.predicate_type}  {self.digest} -> {self.location}"
+        )
+
+
+def attest(
+    statements: Sequence[tuple[str, bytes]],
+    digest: str,
+    *,
+    repo: str | Reference | None = None,
+    archive: os.PathLike[str] | str | None = None,
+    sm2_key: Sm2PrivateKey | None = None,
+    cosign_key: CosignPrivateKey | None = None,
+    sm2_dist_id: bytes = sm2.DEFAULT_DIST_ID,
+    audit: AuditLog | None = None,
+    client: RegistryClient | None = None,
+    insecure: bool = False,
+) -> list[AttestationRecord]:
+    """Sign in-toto statements about `digest` (SBOM, provenance) as DSSE attestations.
+
+    In the registry next to `repo` (`.att` for cosign, `.sm2att` for SM2), or, with `archive`, in
+    the files beside it. Every attestation made or refused is an audit entry.
+    """
+    from signing.attest import attach_attestations, write_detached_attestations
+
+    if not is_digest(digest):
+        raise ConfigError(f"attest needs a manifest digest (sha256:<64 hex>), got {digest!r}")
+    signers = make_signers(sm2_key=sm2_key, cosign_key=cosign_key, sm2_dist_id=sm2_dist_id)
+    if archive is not None:
+        subject = f"{archive}@{digest}"
+
+        def store():
+            return write_detached_attestations(archive, digest, statements, signers)
+    else:
+        ref = repo if isinstance(repo, Reference) else Reference.parse(str(repo))
+        registry = client or RegistryClient(ref.registry, insecure=insecure)
+        subject = f"{ref.name}@{digest}"
+
+        def store():
+            return attach_attestations(registry, ref.repository, digest, statements, signers)
+
+    try:
+        results = store()
+    except XcforgeError as exc:
+        if audit is not None:
+            for signer in signers:
+                audit.record(
+                    "attest", digest=digest, key_id=signer.key_id, subject=subject, result=f"error: {exc.message[:200]}"
+                )
+        raise
+    records = [AttestationRecord(r.scheme, r.key_id, r.predicate_type, digest, r.location, r.added) for r in results]
+    if audit is not None:
+        for record in records:
+            audit.record(
+                "attest",
+                digest=digest,
+                key_id=record.key_id,
+                subject=subject,
+                result="ok" if record.added else "ok (already attested)",
+                details={"scheme": record.scheme, "predicate": record.predicate_type, "location": record.location},
+            )
+    return records

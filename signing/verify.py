@@ -21,11 +21,21 @@ as with cosign; a scheme with no valid signature does.
 from __future__ import annotations
 
 import os
+import tarfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from signing import cosign_format, sm2, sm2_format
+from signing.attest import (
+    SBOM_PREDICATE,
+    AttestationCheck,
+    check_attestation,
+    predicate_of,
+    read_attestations,
+    read_detached_attestations,
+    read_sbom,
+)
 from signing.cosign_keys import CosignPublicKey
 from signing.payload import PayloadError, parse_payload
 from signing.sm2_keys import Sm2PublicKey
@@ -65,6 +75,8 @@ class VerificationReport:
     checks: tuple[SignatureCheck, ...]
     required: frozenset[str]
     problems: tuple[str, ...] = field(default=())
+    attestations: tuple[AttestationCheck, ...] = field(default=())
+    notes: tuple[str, ...] = field(default=())
 
     @property
     def satisfied(self) -> frozenset[str]:
@@ -79,8 +91,9 @@ class VerificationReport:
         return not self.problems and not self.missing
 
     def lines(self) -> list[str]:
-        out = [c.line() for c in self.checks]
+        out = [c.line() for c in self.checks] + [a.line() for a in self.attestations]
         out += [f"ERROR   {p}" for p in self.problems]
+        out += [f"NOTE    {n}" for n in self.notes]
         absent = {c.scheme for c in self.checks if not c.found}
         for scheme in (s for s in self.missing if s not in absent):
             out.append(f"MISSING {scheme:<7} no valid {scheme} signature by a trusted key for {self.digest}")
@@ -235,6 +248,7 @@ def verify_image(
     keyless_issuer: str = GITHUB_ACTIONS_ISSUER,
     client: RegistryClient | None = None,
     insecure: bool = False,
+    attestations: bool | str = True,
 ) -> VerificationReport:
     """Verify the signatures stored next to `registry/repo@sha256:...` in its registry.
 
@@ -272,7 +286,24 @@ def verify_image(
             checks.extend(_keyless_checks(client, ref, digest, keyless_identity, keyless_issuer))
         except RegistryError as exc:
             problems.append(f"cannot read Sigstore bundles: {exc.message}")
-    return VerificationReport(f"{ref.name}@{digest}", digest, tuple(checks), required, tuple(problems))
+    attested: list[AttestationCheck] = []
+    notes: list[str] = []
+    if attestations and not problems:
+        try:
+            platforms = _registry_platform_digests(client, ref.repository, digest)
+            sources = {
+                scheme: (lambda d, s=scheme: read_attestations(client, ref.repository, d, s))
+                for scheme in _attestation_schemes(required, sm2_public_keys, cosign_public_keys)
+            }
+            attested, more, notes = _attestation_checks(
+                platforms, sources, lambda d, _p: read_sbom(client, ref.repository, d), policy, attestations
+            )
+            problems += more
+        except RegistryError as exc:
+            problems.append(f"cannot read attestations: {exc.message}")
+    return VerificationReport(
+        f"{ref.name}@{digest}", digest, tuple(checks), required, tuple(problems), tuple(attested), tuple(notes)
+    )
 
 
 def verify_archive(
@@ -286,6 +317,7 @@ def verify_archive(
     allowed_identities: Iterable[str] = (),
     check_identity: bool = True,
     sm2_dist_id: bytes = sm2.DEFAULT_DIST_ID,
+    attestations: bool | str = True,
 ) -> VerificationReport:
     """Same checks for the signature files beside an OCI-layout archive (store.detached_path)."""
     required = _required(require, sm2_public_keys, cosign_public_keys)
@@ -299,7 +331,135 @@ def verify_archive(
             checks.append(SignatureCheck(scheme, None, False, "no signature file", where, found=False))
             continue
         checks.extend(_check(s, policy) for s in stored)
-    return VerificationReport(f"{archive} ({name}@{digest})", digest, tuple(checks), required)
+    attested: list[AttestationCheck] = []
+    problems: list[str] = []
+    notes: list[str] = []
+    platforms: dict[str, str] = {}
+    if attestations:
+        try:
+            platforms = _archive_platform_digests(Path(archive), digest)
+        except ConfigError as exc:
+            (problems if attestations == "require" else notes).append(f"attestations not checked: {exc.message}")
+        sources = {
+            scheme: (lambda d, s=scheme: read_detached_attestations(archive, d, s))
+            for scheme in _attestation_schemes(required, sm2_public_keys, cosign_public_keys)
+        }
+        attested, more, more_notes = _attestation_checks(
+            platforms, sources, lambda _d, p: _archive_sbom(Path(archive), p), policy, attestations
+        )
+        problems += more
+        notes += more_notes
+    return VerificationReport(
+        f"{archive} ({name}@{digest})", digest, tuple(checks), required, tuple(problems), tuple(attested), tuple(notes)
+    )
+
+
+# ------------------------------------------------------------------------------------------ attestations
+
+PROVENANCE_PREDICATES = ("https://slsa.dev/provenance/v0.2", "https://slsa.dev/provenance/v1")
+
+
+def _attestation_schemes(required: frozenset[str], sm2_keys: Sequence, cosign_keys: Sequence) -> list[str]:
+    return [s for s in _schemes_to_read(required, sm2_keys, cosign_keys) if s in FORMATS]
+
+
+def _registry_platform_digests(client: RegistryClient, repository: str, digest: str) -> dict[str, str]:
+    """platform digest → platform, for an index (attestation manifests left out) or one manifest."""
+    top = client.get_manifest(repository, digest)
+    if not top.is_index:
+        return {digest: "single"}
+    out = {}
+    for child in top.json().get("manifests") or []:
+        annotations = child.get("annotations") or {}
+        platform = child.get("platform") or {}
+        if annotations.get("vnd.docker.reference.type") == "attestation-manifest":
+            continue
+        if platform.get("architecture") == "unknown" or not child.get("digest"):
+            continue
+        out[child["digest"]] = f"{platform.get('os', '?')}/{platform.get('architecture', '?')}"
+    return out
+
+
+def _archive_platform_digests(archive: Path, digest: str) -> dict[str, str]:
+    from xcforge.image_inspect import OciArchive
+
+    try:
+        top, _ = OciArchive(archive).top_index()
+        platforms = OciArchive(archive).platforms()
+    except (OSError, ValueError, KeyError, tarfile.TarError) as exc:
+        reason = " ".join(str(exc).split())[:120]
+        raise ConfigError(f"{archive}: not a readable OCI-layout archive ({reason})") from exc
+    if top != digest:
+        raise ConfigError(f"{archive} holds {top}, not {digest}: verify the digest the archive was built as")
+    return {d: p for p, (d, _size) in platforms.items()}
+
+
+def _archive_sbom(archive: Path, platform: str) -> bytes | None:
+    from xcforge.attestations import attestation_dir
+    from xcforge.sbom import file_name
+
+    try:
+        return (attestation_dir(archive) / file_name(platform)).read_bytes()
+    except OSError:
+        return None
+
+
+def _attestation_checks(
+    platforms, sources, read_raw_sbom, policy: _Policy, mode: bool | str
+) -> tuple[list[AttestationCheck], list[str], list[str]]:
+    """Every attestation of every platform; what is missing (problems); notes.
+
+    Wanted, for each platform and each scheme a key was given for: a valid SBOM attestation that
+    matches the attached SBOM, and a valid provenance attestation. A platform that carries no SBOM
+    and no attestation at all (an image xcforge did not build) is a note, unless `mode` is
+    "require"; one that carries any of them must carry all of them.
+    """
+    checks: list[AttestationCheck] = []
+    problems: list[str] = []
+    notes: list[str] = []
+    for platform_digest, platform in sorted(platforms.items(), key=lambda kv: kv[1]):
+        raw = read_raw_sbom(platform_digest, platform)
+        stored_by_scheme = {scheme: read(platform_digest) for scheme, read in sources.items()}
+        if raw is None and all(v is None for v in stored_by_scheme.values()) and mode != "require":
+            notes.append(
+                f"{platform} {platform_digest}: no SBOM and no attestations (not built by xcforge?); "
+                "--require-attestations makes this an error"
+            )
+            continue
+        for scheme in sources:
+            stored = stored_by_scheme[scheme] or []
+            found = [
+                check_attestation(s, platform_digest, policy.sm2_keys, policy.cosign_keys, policy.sm2_dist_id)
+                for s in stored
+            ]
+            for index, check in enumerate(found):
+                if check.valid and check.predicate_type == SBOM_PREDICATE and check.statement is not None:
+                    if raw is None:
+                        found[index] = _invalid(check, "no SBOM attached beside the image to compare with")
+                    elif _json(raw) != predicate_of(check.statement):
+                        found[index] = _invalid(check, "the signed SBOM differs from the SBOM attached to the image")
+            checks += found
+            valid = {c.predicate_type for c in found if c.valid}
+            if SBOM_PREDICATE not in valid:
+                problems.append(f"{platform} {platform_digest}: no valid {scheme} SBOM attestation")
+            if not valid.intersection(PROVENANCE_PREDICATES):
+                problems.append(f"{platform} {platform_digest}: no valid {scheme} provenance attestation")
+    return checks, problems, notes
+
+
+def _invalid(check: AttestationCheck, reason: str) -> AttestationCheck:
+    return AttestationCheck(
+        check.scheme, check.predicate_type, check.subject, False, reason, check.location, check.key_id
+    )
+
+
+def _json(data: bytes):
+    import json
+
+    try:
+        return json.loads(data)
+    except ValueError:
+        return None
 
 
 def _schemes_to_read(required: frozenset[str], sm2_keys: Sequence, cosign_keys: Sequence) -> list[str]:

@@ -20,13 +20,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote, urlsplit, urlunsplit
 
-from xcforge import ci, deps, image_inspect
+from xcforge import ci, deps, image_inspect, sbom
+from xcforge.attestations import attestation_dir, load_recorded, write_attestations
 from xcforge.buildx import RETRYABLE, annotations, buildx_command, failure_reason, output_spec, say, stream_buildx
 from xcforge.docker_env import DockerEnvironment, check_docker
 from xcforge.engine_wheel import ensure_engine_wheel
 from xcforge.errors import BuildFailed, ConfigError, RegistryError, RenderError, XcforgeError
 from xcforge.fingerprint import build_fingerprint, hash_tree
 from xcforge.matrix import Matrix
+from xcforge.oci import RegistryClient, parse_reference
 from xcforge.plan import BuildOptions, BuildPlan
 from xcforge.push import push_layout
 from xcforge.render import render_target
@@ -129,6 +131,7 @@ def _skip_if_unchanged(plan: BuildPlan, fingerprint: str, record_path: Path | No
         result = _result(plan, "skipped", digest=digest)
         result.platforms = [PlatformResult(p, d, s) for p, (d, s) in sorted(platforms.items())]
         result.refs = [ref]
+        result.attestations = load_recorded(_attestation_dir(plan), {p.digest for p in result.platforms})
         return result
     if plan.output == "archive" and record_path and record_path.exists() and plan.archive_path.exists():
         record = json.loads(record_path.read_text())
@@ -138,6 +141,7 @@ def _skip_if_unchanged(plan: BuildPlan, fingerprint: str, record_path: Path | No
         result.platforms = [PlatformResult(**p) for p in record.get("platforms", [])]
         result.archive = str(plan.archive_path)
         result.refs = list(plan.refs)
+        result.attestations = load_recorded(_attestation_dir(plan), {p.digest for p in result.platforms})
         return result
     return None
 
@@ -258,11 +262,22 @@ def build_one(plan: BuildPlan, env: DockerEnvironment, engine_dir: Path, engine_
     return result
 
 
+def _attestation_dir(plan: BuildPlan) -> Path:
+    return attestation_dir(plan.archive_path or plan.dist_dir / f"{plan.target.name}.oci.tar")
+
+
 def _finish(plan: BuildPlan, result: BuildResult, partial: Path, record_path: Path | None) -> None:
     archive = image_inspect.OciArchive(partial)
     digest, _ = archive.top_index()
     result.digest = digest
     result.platforms = [PlatformResult(p, d, s) for p, (d, s) in sorted(archive.platforms().items())]
+    say(f"[{plan.target.name}] reading each platform's package databases for its SBOM")
+    sbom_started = time.monotonic()
+    written = write_attestations(partial, _attestation_dir(plan), plan.image_repo)
+    result.attestations = [w.as_dict() for w in written]
+    for entry in written:
+        say(f"[{plan.target.name}] SBOM {entry.platform}: {entry.components} components → {entry.sbom}")
+    say(f"[{plan.target.name}] SBOMs and provenance written in {time.monotonic() - sbom_started:.1f} s")
     if plan.output == "archive":
         assert plan.archive_path and record_path
         partial.replace(plan.archive_path)
@@ -280,6 +295,7 @@ def _finish(plan: BuildPlan, result: BuildResult, partial: Path, record_path: Pa
         return
     with ci.group(f"push {plan.image_repo}@{digest}"):
         push_layout(partial, plan.image_repo, plan.tags, progress=lambda m: say(f"[{plan.target.name}] {m}"))
+        _attach_sboms(plan, result)
     result.refs = list(plan.refs)
     if plan.output == "push-by-digest":
         platform = plan.platforms[0]
@@ -287,6 +303,19 @@ def _finish(plan: BuildPlan, result: BuildResult, partial: Path, record_path: Pa
         out.mkdir(parents=True, exist_ok=True)
         record = {"target": plan.target.name, "platform": platform, "repo": plan.image_repo, "digest": digest}
         (out / f"{plan.target.name}-{platform.split('/')[1]}.json").write_text(json.dumps(record) + "\n")
+
+
+def _attach_sboms(plan: BuildPlan, result: BuildResult) -> None:
+    """The raw SBOM next to each platform manifest (`sha256-<hex>.sbom`); signed at the sign step."""
+    from signing.attest import attach_sbom
+
+    ref = parse_reference(plan.image_repo)
+    client = RegistryClient(ref.registry)
+    for entry in result.attestations:
+        data = Path(entry["sbom"]).read_bytes()
+        subject = {"mediaType": entry["media_type"], "size": entry["size"], "digest": entry["digest"]}
+        entry["sbom_ref"] = attach_sbom(client, ref.repository, subject, data, sbom.MEDIA_TYPE)
+        say(f"[{plan.target.name}] SBOM {entry['platform']} attached: {entry['sbom_ref']}")
 
 
 def _attach_tags(plan: BuildPlan, digest: str, sources: list[str] | None = None, annotate: bool = False) -> None:

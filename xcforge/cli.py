@@ -28,6 +28,7 @@ COMMAND_MODULES = (
     "xcforge.commands.render_cmds",
     "xcforge.commands.deps_cmds",
     "xcforge.commands.sign_cmds",
+    "xcforge.commands.sbom_cmds",
     "xcforge.commands.smoke_cmds",
     "xcforge.commands.deploy_cmds",
     "xcforge.commands.ci_cmds",

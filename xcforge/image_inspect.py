@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import tarfile
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from xcforge.errors import RegistryError
@@ -155,3 +156,46 @@ class OciArchive:
                 size = top["config"]["size"] + sum(layer["size"] for layer in top["layers"])
                 return {"single": (descriptor["digest"], size)}
             return platform_manifests(top, lambda d: self.blob(tar, d))
+
+    def open_blob(self, tar: tarfile.TarFile, digest: str):
+        algo, hexdigest = digest.split(":", 1)
+        member = tar.extractfile(f"blobs/{algo}/{hexdigest}")
+        if member is None:
+            raise ValueError(f"{self.path}: blob {digest} missing")
+        return member
+
+    def platform_images(self, tar: tarfile.TarFile) -> list[PlatformImage]:
+        """Each platform's manifest and config, and the in-toto statements BuildKit attached to it."""
+        layout = self._read(tar, "index.json")
+        top = self.blob(tar, layout["manifests"][0]["digest"])
+        descriptors = top.get("manifests") or [layout["manifests"][0]]
+        statements: dict[str, list[tuple[str, bytes]]] = {}
+        for descriptor in descriptors:
+            if not _is_attestation(descriptor):
+                continue
+            subject = (descriptor.get("annotations") or {}).get("vnd.docker.reference.digest", "")
+            for layer in self.blob(tar, descriptor["digest"]).get("layers") or []:
+                predicate_type = (layer.get("annotations") or {}).get("in-toto.io/predicate-type", "")
+                statements.setdefault(subject, []).append((predicate_type, self.open_blob(tar, layer["digest"]).read()))
+        out = []
+        for descriptor in descriptors:
+            if _is_attestation(descriptor):
+                continue
+            manifest = self.blob(tar, descriptor["digest"])
+            config = self.blob(tar, manifest["config"]["digest"])
+            platform = f"{config.get('os', 'linux')}/{config.get('architecture', '?')}"
+            out.append(
+                PlatformImage(
+                    platform, descriptor["digest"], manifest, config, statements.get(descriptor["digest"], [])
+                )
+            )
+        return out
+
+
+@dataclass(frozen=True)
+class PlatformImage:
+    platform: str
+    digest: str
+    manifest: dict
+    config: dict
+    statements: list[tuple[str, bytes]]  # (predicate type, in-toto statement) from BuildKit

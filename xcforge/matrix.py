@@ -56,12 +56,18 @@ Pep440 = Annotated[str, AfterValidator(_pep440)]
 # value can add a shell command or a Dockerfile instruction.
 
 
+def _shown(value: Any, limit: int = 80) -> str:
+    """A value as error messages quote it: repr, cut short (a message is one readable line)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(str(value))} characters)"
+
+
 def _grammar(pattern: str, what: str) -> AfterValidator:
     rx = re.compile(pattern)
 
     def check(v: str) -> str:
         if not rx.fullmatch(v):
-            raise ValueError(f"{v!r} is not {what}")
+            raise ValueError(f"{_shown(v)} is not {what}")
         return v
 
     return AfterValidator(check)
@@ -73,7 +79,9 @@ def _requirement(v: str) -> str:
     try:
         Requirement(v)
     except InvalidRequirement as exc:
-        raise ValueError(f"{v!r} is not a PEP 508 requirement ({exc})") from None
+        # packaging's message has a second and third line (the text and a ^ under the spot): keep the first.
+        reason = str(exc).splitlines()[0] if str(exc) else "unparsable"
+        raise ValueError(f"{_shown(v)} is not a PEP 508 requirement ({reason}), e.g. 'torch==2.10.0'") from None
     if re.search(r"[\x00-\x1f`$\\]", v):
         raise ValueError(f"{v!r} has a control character, backquote, $ or backslash")
     return v
@@ -133,7 +141,7 @@ class BaseImage(_Frozen):
     def _qualified(cls, v: str) -> str:
         if not _REF_RE.match(v):
             raise ValueError(
-                f"'{v}' is not a fully qualified image reference; write host/path:tag, "
+                f"{_shown(v)} is not a fully qualified image reference; write host/path:tag, "
                 "e.g. docker.io/library/python:3.11-slim-bookworm"
             )
         return v
@@ -142,7 +150,7 @@ class BaseImage(_Frozen):
     @classmethod
     def _digest(cls, v: str | None) -> str | None:
         if v is not None and not _DIGEST_RE.match(v):
-            raise ValueError(f"'{v}' is not a digest; write sha256:<64 hex digits> or leave it out")
+            raise ValueError(f"{_shown(v)} is not a digest; write sha256:<64 hex digits> or leave it out")
         return v
 
     @property
@@ -166,7 +174,7 @@ class PythonEnv(_Frozen):
     @classmethod
     def _version(cls, v: str | None) -> str | None:
         if v is not None and not re.match(r"^3\.[0-9]{1,2}$", v):
-            raise ValueError(f"'{v}' is not a Python version like 3.11")
+            raise ValueError(f"{_shown(v)} is not a Python version like 3.11")
         return v
 
     @property
@@ -186,7 +194,7 @@ class PipCheckException(_Frozen):
         try:
             re.compile(v)
         except re.error as exc:
-            raise ValueError(f"'{v}' is not a regular expression ({exc})") from exc
+            raise ValueError(f"{_shown(v)} is not a regular expression ({exc})") from exc
         return v
 
 
@@ -219,7 +227,7 @@ class LlamaCppBuild(_Frozen):
     def _plain(cls, v: tuple[str, ...]) -> tuple[str, ...]:
         for item in v:
             if not re.match(r"^[A-Za-z0-9_=.+/:-]+$", item):
-                raise ValueError(f"'{item}' may hold only letters, digits and _=.+/:- (it goes into a RUN line)")
+                raise ValueError(f"{_shown(item)} may hold only letters, digits and _=.+/:- (it goes into a RUN line)")
         return v
 
 
@@ -305,7 +313,7 @@ class Mount(_Frozen):
     @classmethod
     def _absolute(cls, v: str) -> str:
         if not v.startswith("/"):
-            raise ValueError(f"'{v}' must be an absolute path")
+            raise ValueError(f"{_shown(v)} must be an absolute path")
         return v
 
 
@@ -317,7 +325,7 @@ class RuntimeEnvVar(_Frozen):
     @classmethod
     def _name(cls, v: str) -> str:
         if not _ENV_NAME_RE.match(v):
-            raise ValueError(f"'{v}' is not an environment variable name")
+            raise ValueError(f"{_shown(v)} is not an environment variable name")
         return v
 
 
@@ -337,7 +345,7 @@ class Runtime(_Frozen):
     @classmethod
     def _size(cls, v: str) -> str:
         if not _SIZE_RE.match(v):
-            raise ValueError(f"'{v}' is not a size like 1g or 512m")
+            raise ValueError(f"{_shown(v)} is not a size like 1g or 512m")
         return v
 
     @field_validator("devices")
@@ -345,7 +353,7 @@ class Runtime(_Frozen):
     def _devices(cls, v: tuple[str, ...]) -> tuple[str, ...]:
         for dev in v:
             if not dev.startswith("/dev/"):
-                raise ValueError(f"'{dev}' is not a device path under /dev/")
+                raise ValueError(f"{_shown(dev)} is not a device path under /dev/")
         return v
 
 
@@ -360,7 +368,7 @@ class Healthcheck(_Frozen):
     @classmethod
     def _duration(cls, v: str) -> str:
         if not _DURATION_RE.match(v):
-            raise ValueError(f"'{v}' is not a duration like 30s or 5m")
+            raise ValueError(f"{_shown(v)} is not a duration like 30s or 5m")
         return v
 
 
@@ -377,7 +385,7 @@ class SmokeCommand(_Frozen):
             try:
                 re.compile(v)
             except re.error as exc:
-                raise ValueError(f"'{v}' is not a valid regular expression: {exc}") from None
+                raise ValueError(f"{_shown(v)} is not a valid regular expression: {exc}") from None
         return v
 
 
@@ -395,7 +403,7 @@ class EmulatedCpu(_Frozen):
     def _models(cls, v):
         for name in (v,) if isinstance(v, str) else v:
             if not re.match(r"^[a-z0-9][a-z0-9.-]{0,40}$", name):
-                raise ValueError(f"'{name}' is not a QEMU CPU model name (e.g. neoverse-n1, cortex-a57)")
+                raise ValueError(f"{_shown(name)} is not a QEMU CPU model name (e.g. neoverse-n1, cortex-a57)")
         return v
 
 
@@ -428,7 +436,7 @@ class CpuIsa(_Frozen):
     def _names(cls, v: tuple[str, ...]) -> tuple[str, ...]:
         for name in v:
             if not re.match(r"^[a-z0-9_]+$", name):
-                raise ValueError(f"'{name}' is not a CPU feature name (lower case, as /proc/cpuinfo prints it)")
+                raise ValueError(f"{_shown(name)} is not a CPU feature name (lower case, as /proc/cpuinfo prints it)")
         return v
 
 
@@ -467,7 +475,7 @@ class Target(_Frozen):
     @classmethod
     def _variant(cls, v: str) -> str:
         if not re.match(r"^[a-z0-9][a-z0-9.-]{0,40}$", v):
-            raise ValueError(f"'{v}' must be lower-case letters, digits, '.' and '-' (it goes into tags)")
+            raise ValueError(f"{_shown(v)} must be lower-case letters, digits, '.' and '-' (it goes into tags)")
         return v
 
     @field_validator("platforms")
@@ -482,7 +490,7 @@ class Target(_Frozen):
     def _env_names(cls, v: dict[str, str]) -> dict[str, str]:
         for key in v:
             if not _ENV_NAME_RE.match(key):
-                raise ValueError(f"'{key}' is not an environment variable name")
+                raise ValueError(f"{_shown(key)} is not an environment variable name")
         return v
 
     @model_validator(mode="after")
@@ -653,7 +661,7 @@ def _parse_version(v: str) -> Version:
     try:
         return Version(v)
     except InvalidVersion:
-        raise ValueError(f"'{v}' is not a PEP 440 version like 0.11.0 or 0.11.0rc1") from None
+        raise ValueError(f"{_shown(v)} is not a PEP 440 version like 0.11.0 or 0.11.0rc1") from None
 
 
 def _deep_merge(base: dict, override: dict) -> dict:
@@ -680,8 +688,13 @@ def _format_errors(
     lines: Lines | None = None,
 ) -> str:
     out = []
-    for err in exc.errors():
+    errors = exc.errors()
+    for err in errors:
         loc = tuple(err["loc"])
+        if err["type"] == "too_short" and any(
+            len(other["loc"]) > len(loc) and tuple(other["loc"][: len(loc)]) == loc for other in errors
+        ):
+            continue  # the list is short only because its items were refused: those errors say why
         where = _where(prefix, loc, own, defaults)
         inherited = own is not None and defaults is not None and where.startswith("defaults.")
         line = line_of(lines, ("defaults", *loc) if inherited else (*prefix, *loc))
@@ -711,6 +724,8 @@ def _has_path(data: Any, loc: tuple) -> bool:
 def _dotted(loc: tuple) -> str:
     out = ""
     for part in loc:
+        if part == "[key]":  # pydantic's marker for a refused mapping key: the key itself is named already
+            continue
         if isinstance(part, int):
             out += f"[{part}]"
         else:
@@ -730,13 +745,13 @@ def _explain(err: dict, model: type[BaseModel], loc: tuple) -> str:
     if kind == "literal_error":
         expected = err.get("ctx", {}).get("expected", "")
         options = re.findall(r"'([^']*)'", expected)
-        return f"{value!r} is not allowed{_suggest(str(value), options)}; allowed: {', '.join(options)}"
+        return f"{_shown(value)} is not allowed{_suggest(str(value), options)}; allowed: {', '.join(options)}"
     if kind == "value_error":
         return str(err.get("ctx", {}).get("error", err["msg"]))
     if kind in {"string_type", "int_type", "bool_type", "dict_type", "tuple_type", "list_type"}:
-        return f"{err['msg'].lower()}, got {type(value).__name__} {value!r}"
+        return f"{err['msg'].lower()}, got {type(value).__name__} {_shown(value)}"
     message = err["msg"]
-    return f"{message[:1].lower()}{message[1:]} (got {value!r})"
+    return f"{message[:1].lower()}{message[1:]} (got {_shown(value)})"
 
 
 def _fields_at(model: type[BaseModel], loc: tuple) -> list[str]:

@@ -8,7 +8,6 @@ base as it will be pulled (after mirrors), tags, build args, named contexts and 
 from __future__ import annotations
 
 import datetime as dt
-import re
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,15 +18,13 @@ from packaging.version import Version
 from xcforge.errors import ConfigError
 from xcforge.matrix import Matrix, Target
 from xcforge.render import REPO_ROOT
-from xcforge.site import SiteConfig
+from xcforge.site import REGISTRY_PREFIX_RE, SiteConfig
 from xcforge.verification import PlatformVerification, label_value, planned
 
 OutputMode = Literal["archive", "push", "push-by-digest"]
 EngineInstall = Literal["full", "skip"]
 
 DIST_DIR = REPO_ROOT / "dist"
-# HOST[:PORT][/path]: what docker and the registry client accept as a repository prefix.
-_REGISTRY_RE = re.compile(r"[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]{1,5})?(/[a-z0-9]+([._-][a-z0-9]+)*)*")
 
 
 @dataclass(frozen=True)
@@ -201,6 +198,7 @@ def engine_fallback(matrix: Matrix, target: Target, site: SiteConfig, platforms:
 
 
 def make_plan(matrix: Matrix, target: Target, site: SiteConfig, options: BuildOptions) -> BuildPlan:
+    site.check_targets(matrix)
     platforms = options.platforms or target.platforms
     for platform in platforms:
         if platform not in target.platforms:
@@ -211,7 +209,7 @@ def make_plan(matrix: Matrix, target: Target, site: SiteConfig, options: BuildOp
     if options.push_by_digest and len(platforms) != 1:
         raise ConfigError("--push-by-digest builds exactly one platform: add --platform linux/amd64 (or arm64)")
     registry = options.registry or site.registry
-    if registry and not _REGISTRY_RE.fullmatch(registry):
+    if registry and not REGISTRY_PREFIX_RE.fullmatch(registry):
         where = "--registry" if options.registry else f"{site.path}: registry"
         raise ConfigError(
             f"{where}: '{registry}' is not a registry and repository prefix; write HOST[:PORT]/PREFIX, "

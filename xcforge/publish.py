@@ -73,6 +73,7 @@ def sign_results(results: list[BuildResult], request) -> bool:
                             "result": "signed" if record.added else "already signed",
                         }
                     )
+            _attest_result(result, sm2_key, cosign_key, audit)
             if request.keyless and result.output != "archive":
                 from signing.keyless import sign_keyless
 
@@ -85,3 +86,36 @@ def sign_results(results: list[BuildResult], request) -> bool:
             result.error, result.error_code = f"signing failed: {exc.message}", exc.exit_code
             print(f"error: {result.target}: {result.error}", file=sys.stderr)
     return ok
+
+
+def _attest_result(result: BuildResult, sm2_key, cosign_key, audit) -> None:
+    """Each platform's SBOM and BuildKit provenance, signed as in-toto attestations."""
+    from signing.sign import attest
+    from xcforge.attestations import statements
+
+    if sm2_key is None and cosign_key is None:
+        return
+    if not result.attestations:
+        result.notes.append("no SBOM/provenance recorded for this build (rebuild with --force to attest it)")
+        return
+    for entry in result.attestations:
+        where = {"archive": result.archive} if result.output == "archive" else {"repo": result.image_repo}
+        records = attest(
+            statements(entry, result.image_repo),
+            entry["digest"],
+            sm2_key=sm2_key,
+            cosign_key=cosign_key,
+            audit=audit,
+            **where,
+        )
+        for record in records:
+            result.signatures.append(
+                {
+                    "scheme": record.scheme,
+                    "digest": record.digest,
+                    "key_id": record.key_id[:16],
+                    "location": record.location,
+                    "result": "attested" if record.added else "already attested",
+                    "attestation": record.predicate_type,
+                }
+            )

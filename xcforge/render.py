@@ -46,9 +46,20 @@ def _docker_label_value(value: str) -> str:
     return json.dumps(value)
 
 
+class _Loader(jinja2.FileSystemLoader):
+    """FileSystemLoader that names the template file when it is not UTF-8 text."""
+
+    def get_source(self, environment: jinja2.Environment, template: str):  # type: ignore[override]
+        try:
+            return super().get_source(environment, template)
+        except UnicodeDecodeError as exc:
+            where = Path(self.searchpath[0]) / template
+            raise RenderError(f"{where}: not UTF-8 text (byte {exc.start}); save the template as UTF-8") from None
+
+
 def _environment(templates_dir: Path) -> jinja2.Environment:
     env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(templates_dir)),
+        loader=_Loader(str(templates_dir)),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
         trim_blocks=False,
@@ -176,12 +187,22 @@ def render_context(matrix: Matrix, target: Target) -> dict:
 
 def render_target(matrix: Matrix, target: Target, templates_dir: Path | None = None) -> RenderedDockerfile:
     templates_dir = templates_dir or matrix.templates_dir
+    if not templates_dir.is_dir():
+        raise RenderError(
+            f"{templates_dir}: not a directory of templates; the matrix ({matrix.path}) needs templates/ beside it"
+        )
     env = _environment(templates_dir)
     name = template_name(target)
+    context = render_context(matrix, target)
     try:
         template = env.get_template(name)
-        text = template.render(**render_context(matrix, target))
+        text = template.render(**context)
     except jinja2.TemplateNotFound as exc:
+        if exc.name and exc.name != name:  # one it extends or includes
+            raise RenderError(
+                f"{templates_dir / str(exc.name)}: template not found (used by {name} for target "
+                f"'{target.name}'); create it or fix the name in {name}"
+            ) from exc
         raise RenderError(
             f"{templates_dir / name}: template not found for target '{target.name}'; "
             f"create it (it can be a one-line '{{% extends \"Dockerfile.j2\" %}}')"
@@ -190,8 +211,26 @@ def render_target(matrix: Matrix, target: Target, templates_dir: Path | None = N
         raise RenderError(f"{templates_dir / name}: target '{target.name}': {exc.message}") from exc
     except jinja2.TemplateSyntaxError as exc:
         raise RenderError(f"{exc.filename or name}:{exc.lineno}: template syntax error: {exc.message}") from exc
+    except (jinja2.TemplateError, ArithmeticError, LookupError, TypeError, ValueError) as exc:
+        # An expression in a template failed while rendering ({{ 1 / 0 }}, a bad filter argument).
+        raise RenderError(
+            f"{_template_line(exc, templates_dir / name)}: target '{target.name}': rendering failed: "
+            f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        ) from exc
     text = _tidy(text)
     return RenderedDockerfile(target=target.name, text=text, path=matrix.images_dir / target.name / "Dockerfile")
+
+
+def _template_line(exc: BaseException, default: Path) -> str:
+    """FILE:LINE of the innermost template frame in the traceback (jinja maps frames to template lines)."""
+    where = str(default)
+    tb = exc.__traceback__
+    while tb is not None:
+        filename = tb.tb_frame.f_code.co_filename
+        if filename.endswith(".j2"):
+            where = f"{filename}:{tb.tb_lineno}"
+        tb = tb.tb_next
+    return where
 
 
 def _tidy(text: str) -> str:

@@ -50,6 +50,8 @@ class BuildResult:
     error: str | None = None
     error_code: int = 0  # the XcforgeError exit code behind `error` (5 build, 6 registry, ...)
     signatures: list[dict[str, Any]] = field(default_factory=list)
+    # Per platform: SBOM and provenance files and where they were attached (xcforge/attestations.py).
+    attestations: list[dict[str, Any]] = field(default_factory=list)
     smoke: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     # Per platform: {platform, level, lock, skipped} (xcforge/verification.py); smoke raises levels.

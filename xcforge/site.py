@@ -9,13 +9,14 @@ into BuildKit secrets, never build args, so they cannot reach a layer or the his
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from xcforge.errors import ConfigError
-from xcforge.matrix import EnvName, HostName, NoProxy, Url, _format_errors
+from xcforge.matrix import EnvName, HostName, Matrix, NoProxy, Url, _format_errors, _shown, _suggest
 from xcforge.render import REPO_ROOT
 from xcforge.yaml_source import load_yaml
 
@@ -26,6 +27,9 @@ STANDIN_SITE = REPO_ROOT / "sites" / "standin.yaml"
 
 
 SKIPPABLE_STEPS = ("plugin", "vendor-packages")
+# HOST[:PORT][/path]: what docker and the registry client accept as a repository prefix (a registry
+# to push to, a mirror's source or replacement prefix).
+REGISTRY_PREFIX_RE = re.compile(r"[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]{1,5})?(/[a-z0-9]+([._-][a-z0-9]+)*)*")
 
 
 class _Frozen(BaseModel):
@@ -80,7 +84,7 @@ class SiteConfig(_Frozen):
             parts = entry.split(":")
             if len(parts) < 2 or parts[1] not in SKIPPABLE_STEPS:
                 raise ValueError(
-                    f"'{entry}': write target:step[:platform] with step one of {', '.join(SKIPPABLE_STEPS)}"
+                    f"{_shown(entry)}: write target:step[:platform] with step one of {', '.join(SKIPPABLE_STEPS)}"
                 )
         return v
 
@@ -90,7 +94,7 @@ class SiteConfig(_Frozen):
         for entry in v:
             name, _, platform = entry.partition(":")
             if not name or not platform.startswith("linux/"):
-                raise ValueError(f"'{entry}': write target:platform, e.g. cpu:linux/arm64")
+                raise ValueError(f"{_shown(entry)}: write target:platform, e.g. cpu:linux/arm64")
         return v
 
     def fallback_platforms(self, target: str) -> tuple[str, ...]:
@@ -112,7 +116,34 @@ class SiteConfig(_Frozen):
         for src, dst in v.items():
             if "://" in src or "://" in dst:
                 raise ValueError(f"mirror '{src}: {dst}': write registry prefixes without a scheme")
+            for which, prefix in (("source", src), ("replacement", dst)):
+                if not REGISTRY_PREFIX_RE.fullmatch(prefix):
+                    raise ValueError(
+                        f"mirror {_shown(src)}: the {which} {_shown(prefix)} is not a registry prefix; write "
+                        "HOST[:PORT][/PATH] in lower case, e.g. harbor.corp.example/dockerhub"
+                    )
         return v
+
+    def check_targets(self, matrix: Matrix) -> None:
+        """Every target (and platform) the site names must be in the matrix: a typo would silently
+        leave the step in (or the fallback out) and the build would fail far from the cause."""
+        where = f"{self.path}: " if self.path else ""
+        lists = (("skip_engine_install", 1), ("skip_steps", 2), ("engine_fallback", 1))
+        for key, platform_at in lists:
+            for index, entry in enumerate(getattr(self, key)):
+                parts = entry.split(":", platform_at)
+                name, platform = parts[0], (parts[platform_at] if len(parts) > platform_at else "")
+                if name not in matrix.targets:
+                    raise ConfigError(
+                        f"{where}{key}[{index}]: {_shown(entry)}: {matrix.path} has no target named "
+                        f"'{name}'{_suggest(name, matrix.targets)}; valid targets: {', '.join(matrix.targets)}"
+                    )
+                target = matrix.targets[name]
+                if platform and platform not in target.platforms:
+                    raise ConfigError(
+                        f"{where}{key}[{index}]: {_shown(entry)}: '{platform}' is not a platform of target "
+                        f"'{name}'; write one of {', '.join(target.platforms)} (or leave it out for all)"
+                    )
 
     def map_image(self, ref: str) -> str:
         """Apply the longest matching mirror prefix (matching whole path segments)."""
@@ -163,12 +194,31 @@ def load_site(path: Path | str | None) -> SiteConfig:
             if not resolved.exists():
                 raise ConfigError(f"{path}: {key}: '{value}' does not exist; fix the path or remove the key")
             updates[key] = resolved
+    if site.wheelhouse is not None and not updates["wheelhouse"].is_dir():
+        raise ConfigError(f"{path}: wheelhouse: '{site.wheelhouse}' is not a directory; name the directory of wheels")
+    if site.ca_bundle is not None:
+        _check_ca_bundle(path, site.ca_bundle, updates["ca_bundle"])
     if site.pip.token_env and site.pip.token_env not in os.environ:
         raise ConfigError(
             f"{path}: pip.token_env: environment variable {site.pip.token_env} is not set; export it "
             "(CI: from a secret) or remove the key"
         )
     return site.model_copy(update=updates)
+
+
+def _check_ca_bundle(path: Path, value: Path, resolved: Path) -> None:
+    """The CA bundle is handed to pip, apt and curl in the build: it must be PEM certificates."""
+    if not resolved.is_file():
+        raise ConfigError(f"{path}: ca_bundle: '{value}' is not a file; name a PEM file of CA certificates")
+    try:
+        data = resolved.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"{path}: ca_bundle: cannot read '{value}' ({exc.strerror})") from None
+    if b"-----BEGIN CERTIFICATE-----" not in data:
+        raise ConfigError(
+            f"{path}: ca_bundle: '{value}' holds no PEM certificate (-----BEGIN CERTIFICATE-----); convert a DER "
+            "file with `openssl x509 -inform der -in CA.cer -out ca.pem`"
+        )
 
 
 def write_machine_default(target: Path = MACHINE_DEFAULT, template: Path = STANDIN_SITE) -> Path:

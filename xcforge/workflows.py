@@ -551,7 +551,9 @@ if [ -z "$SM2_PUBLIC_KEY" ]; then
 fi
 printf '%s\\n' "$SM2_PUBLIC_KEY" > "$RUNNER_TEMP/sm2.pub"
 # The keyless signature was made by this very workflow run's identity.
-args=(--sm2-key "$RUNNER_TEMP/sm2.pub" --keyless-identity "https://github.com/$GITHUB_WORKFLOW_REF")
+# Each platform's SBOM and BuildKit provenance must be attested too, not only the digest signed.
+args=(--sm2-key "$RUNNER_TEMP/sm2.pub" --require-attestations)
+args+=(--keyless-identity "https://github.com/$GITHUB_WORKFLOW_REF")
 if [ -n "$COSIGN_PUBLIC_KEY" ]; then
     printf '%s\\n' "$COSIGN_PUBLIC_KEY" > "$RUNNER_TEMP/cosign.pub"
     args+=(--cosign-key "$RUNNER_TEMP/cosign.pub")

@@ -23,6 +23,13 @@ Lines = dict[tuple, int]
 # memory or the stack.
 MAX_DEPTH = 64
 MAX_NODES = 100_000
+# No config value (a name, version, path, URL or one line of text) comes near this; it also stays
+# below Python's limit on digits in an int (4300), which a long number would otherwise hit.
+MAX_SCALAR = 4096
+
+
+def _shown(value: str, limit: int = 60) -> str:
+    return repr(value if len(value) <= limit else value[:limit] + "...")
 
 
 def _check_shape(root: yaml.Node, path: Path) -> None:
@@ -50,22 +57,36 @@ def _check_shape(root: yaml.Node, path: Path) -> None:
         stack.extend((child, depth + 1, inner) for child in children)
 
 
+class _Loader(yaml.SafeLoader):
+    """SafeLoader whose constructors fail as YAML errors with a line (`!!int abc`, `2024-13-45`)."""
+
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        try:
+            return super().construct_object(node, deep=deep)
+        except (ValueError, TypeError, AttributeError, OverflowError) as exc:
+            kind = node.tag.rsplit(":", 1)[-1]
+            value = _shown(node.value) if isinstance(node.value, str) else "the value"
+            detail = f" ({exc})" if isinstance(exc, ValueError | OverflowError) else ""
+            raise yaml.constructor.ConstructorError(
+                None, None, f"{value} is not a valid {kind}{detail}; quote it to keep it a string", node.start_mark
+            ) from None
+
+
 def load_yaml(text: str, path: Path) -> tuple[Any, Lines]:
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
+        lines: Lines = {}
         if root is not None:
             _check_shape(root, path)
-        data = yaml.safe_load(text)
+            _walk(root, (), lines, path)  # before values are constructed: duplicate keys, oversized values
+        data = yaml.load(text, Loader=_Loader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        where = f": line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ConfigError(f"{path}:{where}: invalid YAML: {problem}") from None
+        raise ConfigError(f"{path}{where}: invalid YAML: {problem}") from None
     except RecursionError:
         raise ConfigError(f"{path}: nested more than {MAX_DEPTH} levels deep; a config file never is") from None
-    lines: Lines = {}
-    if root is not None:
-        _walk(root, (), lines, path)
     return data, lines
 
 
@@ -89,6 +110,12 @@ def _walk(node: yaml.Node, here: tuple, lines: Lines, path: Path) -> None:
         for index, item in enumerate(node.value):
             lines[(*here, index)] = item.start_mark.line + 1
             _walk(item, (*here, index), lines, path)
+    elif isinstance(node, yaml.ScalarNode) and len(node.value) > MAX_SCALAR:
+        dotted = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in here).lstrip(".") or "the document"
+        raise ConfigError(
+            f"{path}:{node.start_mark.line + 1}: {dotted}: a value of {len(node.value)} characters; no config "
+            f"value needs more than {MAX_SCALAR}: shorten it"
+        )
 
 
 def line_of(lines: Lines | None, location: tuple) -> int | None:

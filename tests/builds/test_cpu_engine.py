@@ -187,3 +187,27 @@ def test_doctor_follows_memory_and_cpu_limits(cpu_build):
     kv = defaults["VLLM_CPU_KVCACHE_SPACE"]
     assert kv["value"] is not None and float(kv["value"]) < 5, kv
     assert "memory" in kv["why"]
+
+
+def test_sbom_agrees_with_the_committed_lock(cpu_build):
+    """Every pin of images/cpu/locks/arm64-py311-pypi.txt is in the arm64 image's SBOM, at its version,
+    and the SBOM attached in the registry is the one written beside the build."""
+    from xcforge import sbom
+
+    report = cpu_build["report"]
+    entry = next(a for a in report["attestations"] if a["platform"] == "linux/arm64")
+    data = Path(entry["sbom"]).read_bytes()
+    listed = {(name, version) for kind, name, version in sbom.packages_of(data) if kind == "pypi"}
+    lock = Path(__file__).resolve().parents[2] / "images/cpu/locks/arm64-py311-pypi.txt"
+    pins = set()
+    for line in lock.read_text().splitlines():
+        if "==" in line and not line.startswith((" ", "#")):
+            name, version = line.split(" ", 1)[0].split("==")
+            pins.add((sbom._normalize(name), version))
+    assert len(pins) > 100
+    assert pins <= listed, sorted(pins - listed)[:10]
+    summary = sbom.summarize(data)
+    assert summary.key_versions["vllm-cpu"] == "0.19.1" and summary.key_versions["torch"].startswith("2.10.0")
+    proc = cli("sbom", f"{REGISTRY}/{cpu_build['repo']}@{report['digest']}")
+    assert proc.returncode == 0, proc.stderr
+    assert "vllm-cpu           0.19.1" in proc.stdout and "(linux/amd64)" in proc.stdout

@@ -9,6 +9,7 @@ import pytest
 from signing_helpers import push_synthetic_image
 
 from xcforge.cli import main
+from xcforge.errors import VerificationFailed
 from xcforge.oci import RegistryClient
 
 
@@ -56,7 +57,12 @@ def test_sign_verify_promote_audit_round_trip(keys, registry, capsys, tmp_path):
     trusted = ["--sm2-key", str(keys / "sm2.pub"), "--cosign-key", str(keys / "cosign.pub")]
     assert main(["verify", img.ref, *trusted]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert [line.split()[0] for line in out] == ["VALID", "VALID", "OK:"]
+    # No SBOM or attestations on this hand-made image: a note, not a failure, unless required.
+    verdicts = [line.split()[0] for line in out]
+    assert verdicts[:2] == ["VALID", "VALID"] and verdicts[-1] == "OK:"
+    assert set(verdicts[2:-1]) == {"NOTE"}, out
+    assert main(["verify", img.ref, *trusted, "--require-attestations"]) == VerificationFailed.exit_code
+    assert "no valid sm2 SBOM attestation" in capsys.readouterr().out
 
     dst = f"{registry.address}/prod/vllm"
     assert main(["promote", img.ref, dst]) == 0

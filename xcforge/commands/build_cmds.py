@@ -95,9 +95,27 @@ def _list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_dist(dist: Path) -> None:
+    if dist.exists() and not dist.is_dir():
+        raise ConfigError(f"--dist {dist}: is a file; give the directory archives and reports go into")
+
+
+def _check_key_file(flag: str, path: Path | None) -> None:
+    """A key the build signs with must be readable now, not after an hour of building."""
+    if path is None:
+        return
+    if not path.exists():
+        raise ConfigError(f"{flag} {path}: no such file; create a key with `python build.py keygen`")
+    if not path.is_file():
+        raise ConfigError(f"{flag} {path}: not a file; give the private key file")
+
+
 def _options(args: argparse.Namespace) -> BuildOptions:
     if args.jobs < 1:
         raise ConfigError("--jobs must be at least 1")
+    _check_dist(args.dist)
+    _check_key_file("--sm2-key", args.sm2_key)
+    _check_key_file("--cosign-key", args.cosign_key)
     if args.sign and not (args.push or args.push_by_digest):
         raise ConfigError(
             "--sign signs pushed digests only: add --push --registry R (an archive is signed with `sign`)"
@@ -150,6 +168,7 @@ def run_merge(args: argparse.Namespace) -> int:
     matrix = load_matrix(args.matrix)
     target = matrix.target(args.target)
     site = load_site(args.site)
+    _check_dist(args.dist)
     options = BuildOptions(registry=args.registry, push=True, dist_dir=args.dist)
     plan = make_plan(matrix, target, site, options)
     return merge_digests(plan, args.digest)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -51,8 +52,20 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
 
 
 def _missing(parser: argparse.ArgumentParser) -> int:
-    parser.print_help()
-    return 2
+    raise ConfigError(f"{parser.prog}: choose a command (select-targets, detect-runners); see --help")
+
+
+def _check_step_files() -> None:
+    """The files Actions reads outputs and the summary from must be writable before anything is set."""
+    for name in ("GITHUB_OUTPUT", "GITHUB_STEP_SUMMARY"):
+        value = os.environ.get(name)
+        if not value:
+            continue
+        path = Path(value)
+        if path.is_dir():
+            raise ConfigError(f"${name} {path}: is a directory; it must name a file (the runner sets it)")
+        if not path.parent.is_dir():
+            raise ConfigError(f"${name} {path}: directory {path.parent} does not exist; unset it outside Actions")
 
 
 def run_workflows(args: argparse.Namespace) -> int:
@@ -89,6 +102,7 @@ def selected_target_names(matrix_targets: list[str], spec: str) -> list[str]:
 def run_select_targets(args: argparse.Namespace) -> int:
     matrix = load_matrix(args.matrix)
     chosen = selected_target_names(list(matrix.targets), args.targets)
+    _check_step_files()
     for name in matrix.targets:
         ci.set_output(name, "true" if name in chosen else "false")
         print(f"{name}={'true' if name in chosen else 'false'}")
@@ -113,6 +127,7 @@ def run_detect_runners(args: argparse.Namespace) -> int:
             runners = ci.parse_runners(args.runners.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
             raise ConfigError(f"--runners {args.runners}: cannot read the runners list ({exc})") from None
+    _check_step_files()
     ci.report_runners(ci.detect_runners(labels, runners, args.declared.split(",")))
     sys.stdout.flush()
     return 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import shlex
 import sys
 from pathlib import Path
@@ -106,6 +107,7 @@ def run_deploy(args: argparse.Namespace) -> int:
         name=args.name,
         extra_args=tuple(args.vllm_arg),
     )
+    _check_names_and_out(args)
     docs = deploy.kubernetes_manifests(matrix, target, options)
     if args.verify_sm2_key or args.verify_cosign_key:
         for line in deploy.verify_before_deploy(
@@ -128,6 +130,28 @@ def run_deploy(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(text)
     return 0
+
+
+# Kubernetes object names: a namespace is a DNS-1123 label, a claim name a DNS-1123 subdomain.
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(r"(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def _check_names_and_out(args: argparse.Namespace) -> None:
+    """What kubectl would refuse later, and an --out that cannot be a directory, before anything is checked
+    against the registry or written."""
+    if args.namespace is not None and not _DNS_LABEL.fullmatch(args.namespace):
+        raise ConfigError(
+            f"--namespace '{args.namespace}': a namespace is lower-case letters, digits and '-' (at most 63)"
+        )
+    if args.model_pvc is not None and not _DNS_SUBDOMAIN.fullmatch(args.model_pvc):
+        raise ConfigError(
+            f"--model-pvc '{args.model_pvc}': a claim name is lower-case letters, digits, '-' and '.' (at most 253)"
+        )
+    if args.out is not None:
+        existing = next(p for p in (args.out, *args.out.parents) if p.exists())
+        if not existing.is_dir():
+            raise ConfigError(f"--out {args.out}: {existing} is a file; give the directory the manifest goes into")
 
 
 def _argv_for_header(args: argparse.Namespace) -> list[str]:

@@ -37,6 +37,7 @@ def run(args: argparse.Namespace) -> int:
             deps.check(matrix, targets), what="dependency locks", fix="python build.py deps --all", root=matrix.root
         )
     site = load_site(args.site) if args.site else SiteConfig()
+    site.check_targets(matrix)
     probe = deps.IndexProbe(site)
     resolver = deps.uv_version()
     all_results: list[deps.SetResult] = []

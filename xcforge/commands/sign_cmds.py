@@ -65,6 +65,17 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
         "--keyless-issuer", default="https://token.actions.githubusercontent.com", help="OIDC issuer of that identity"
     )
     verify.add_argument("--archive", type=Path, help="verify the signature files beside an OCI-layout archive")
+    attest = verify.add_mutually_exclusive_group()
+    attest.add_argument(
+        "--no-attestations",
+        action="store_true",
+        help="check image signatures only, not each platform's signed SBOM and provenance",
+    )
+    attest.add_argument(
+        "--require-attestations",
+        action="store_true",
+        help="fail when a platform has no signed SBOM and provenance (default: only when it has some)",
+    )
     verify.add_argument("--insecure", action="store_true", help="plain http to a non-loopback registry")
     _add_audit(verify)
     verify.set_defaults(func=run_verify)
@@ -119,10 +130,27 @@ def _add_audit(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-audit", action="store_true", help="do not write the audit log")
 
 
+def _check_directory(path: Path, what: str) -> None:
+    """`path` is, or can be created as, a directory: no ancestor of it is a file."""
+    for candidate in (path, *path.parents):
+        if candidate.exists():
+            if not candidate.is_dir():
+                where = "is a file" if candidate == path else f"is under {candidate}, which is a file"
+                raise ConfigError(f"{what} {path}: {where}; give a directory")
+            return
+
+
 def _audit(args: argparse.Namespace):
+    """The audit log the command appends to, checked before the command does anything else."""
     from signing.audit import AuditLog
 
-    return None if args.no_audit else AuditLog(args.audit_log)
+    if args.no_audit:
+        return None
+    path = args.audit_log
+    if path.is_dir():
+        raise ConfigError(f"--audit-log {path} (or ${AUDIT_ENV}): is a directory; give the log file's path")
+    _check_directory(path.parent, f"--audit-log {path} (or ${AUDIT_ENV}): its directory")
+    return AuditLog(path)
 
 
 # ------------------------------------------------------------------------------------------ secrets
@@ -148,8 +176,22 @@ def _key_bytes(path: Path | None, env: str, what: str) -> tuple[bytes, str] | No
             raise ConfigError(f"cannot read {what} {path}: {exc.strerror}") from exc
     pem = os.environ.get(env)
     if pem:
+        _not_a_path(pem, env, what)
         return pem.encode(), f"${env}"
     return None
+
+
+def _not_a_path(value: str, env: str, what: str) -> None:
+    if (
+        "-----BEGIN" not in value
+        and "\n" not in value.strip()
+        and (Path(value).exists() or value.startswith(("/", ".")))
+    ):
+        flag = "--sm2-key" if "SM2" in env else "--cosign-key"
+        raise SigningError(
+            f"${env} holds a path ({value[:80]}), not the {what}'s PEM text; pass the file with {flag} FILE "
+            f"or put the PEM itself in ${env}"
+        )
 
 
 def _require_password(password: str | None, env: str, no_password: bool) -> None:
@@ -215,8 +257,15 @@ def _public_keys(paths: list[Path], env: str, scheme: str) -> list:
     from signing.cosign_keys import load_cosign_public_key
     from signing.sm2_keys import load_sm2_public_key
 
-    blobs = [(p.read_bytes(), str(p)) for p in paths] if paths else []
+    flag = "--sm2-key" if scheme == "sm2" else "--cosign-key"
+    blobs = []
+    for path in paths:
+        try:
+            blobs.append((path.read_bytes(), str(path)))
+        except OSError as exc:
+            raise ConfigError(f"{flag} {path}: {exc.strerror or exc}; give a {scheme} public key file (PEM)") from None
     if not blobs and os.environ.get(env):
+        _not_a_path(os.environ[env], env, f"{scheme} key")
         blobs = [(os.environ[env].encode(), f"${env}")]
     keys = []
     for data, source in blobs:
@@ -258,21 +307,29 @@ def run_keygen(args: argparse.Namespace) -> int:
         raise ConfigError("keygen: choose --sm2 and/or --cosign")
     if args.out.exists() and not args.out.is_dir():
         raise ConfigError(f"keygen --out {args.out}: is a file; give the directory the key files go into")
-    args.out.mkdir(parents=True, exist_ok=True)
+    _check_directory(args.out, "keygen --out")
+    # Every input is checked before the first file is written: no half-made key set.
     audit = _audit(args)
+    wanted = [("sm2", SM2_PASSWORD_ENV, "the new SM2 key")] if args.sm2 else []
+    wanted += [("cosign", COSIGN_PASSWORD_ENV, "the new cosign key")] if args.cosign else []
+    passwords = {}
+    for scheme, env, what in wanted:
+        password = None if args.no_password else _password(env, what, confirm=True)
+        _require_password(password, env, args.no_password)
+        passwords[scheme] = password
+        for name in (f"{scheme}.key", f"{scheme}.pub"):
+            if (args.out / name).exists() and not args.force:
+                raise ConfigError(f"{args.out / name} exists; pass --force to replace it")
+    args.out.mkdir(parents=True, exist_ok=True)
     made = []
     if args.sm2:
-        password = None if args.no_password else _password(SM2_PASSWORD_ENV, "the new SM2 key", confirm=True)
-        _require_password(password, SM2_PASSWORD_ENV, args.no_password)
         key = Sm2PrivateKey.generate()
-        _write_private(args.out / "sm2.key", key.to_pem(password or None), args.force)
+        _write_private(args.out / "sm2.key", key.to_pem(passwords["sm2"] or None), args.force)
         _write_public(args.out / "sm2.pub", key.public_key.to_pem(), args.force)
         made.append(("sm2", key.key_id, args.out / "sm2.key", args.out / "sm2.pub"))
     if args.cosign:
-        password = None if args.no_password else _password(COSIGN_PASSWORD_ENV, "the new cosign key", confirm=True)
-        _require_password(password, COSIGN_PASSWORD_ENV, args.no_password)
         key = CosignPrivateKey.generate()
-        _write_private(args.out / "cosign.key", key.to_cosign_pem(password or ""), args.force)
+        _write_private(args.out / "cosign.key", key.to_cosign_pem(passwords["cosign"] or ""), args.force)
         _write_public(args.out / "cosign.pub", key.public_key.to_pem(), args.force)
         made.append(("cosign", key.key_id, args.out / "cosign.key", args.out / "cosign.pub"))
     for scheme, key_id, private, public in made:
@@ -327,6 +384,8 @@ def run_sign(args: argparse.Namespace) -> int:
             )
     for record in records:
         print(record.line())
+    if sm2_key is not None or cosign_key is not None:
+        _attest_platforms(args, ref, sm2_key, cosign_key, dist_id, audit)
     if audit is not None and sm2_key is not None:
         entry = audit.checkpoint(sm2_key)  # the chain head, signed: rewriting the log needs this key
         print(f"audit checkpoint at entry {entry['seq']} (SM2 {sm2_key.public_key.short_id})")
@@ -342,13 +401,43 @@ def run_sign(args: argparse.Namespace) -> int:
     return 0
 
 
+def _attest_platforms(args: argparse.Namespace, ref, sm2_key, cosign_key, dist_id: bytes, audit) -> None:
+    """Each platform's SBOM and provenance, signed as attestations next to the image signatures."""
+    from signing.sign import attest
+    from xcforge.attestations import archive_statements, registry_statements
+    from xcforge.oci import RegistryClient
+
+    keys = {"sm2_key": sm2_key, "cosign_key": cosign_key, "sm2_dist_id": dist_id, "audit": audit}
+    if args.archive:
+        per_platform = archive_statements(args.archive, ref.name)
+        where: dict = {"archive": args.archive}
+    else:
+        client = RegistryClient(ref.registry, insecure=args.insecure)
+        per_platform = registry_statements(client, ref.repository, ref.name, ref.digest)
+        where = {"repo": ref.with_digest(None).with_tag(None), "client": client}
+    if not per_platform:
+        print("note: no SBOM or provenance found for this image; only the image digest was signed")
+    for platform_digest, statements in per_platform.items():
+        if not statements:
+            print(f"note: {platform_digest}: no SBOM or provenance to attest")
+            continue
+        for record in attest(statements, platform_digest, **where, **keys):
+            print(record.line())
+
+
 def _target_reference(args: argparse.Namespace) -> tuple[str, Path | None]:
     """IMAGE@DIGEST (and archive, for archive output) of a target in the last build report."""
     try:
         from xcforge.report import load_results
     except ImportError as exc:
         raise ConfigError("verify --target needs the build report module; pass IMAGE@DIGEST instead") from exc
-    matches = [r for r in load_results(args.report) if r.target == args.target]
+    try:
+        matches = [r for r in load_results(args.report) if r.target == args.target]
+    except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise ConfigError(
+            f"verify --target: {args.report / 'report.json'} is not a build report ({type(exc).__name__}); "
+            "rebuild, or pass IMAGE@DIGEST"
+        ) from None
     if not matches or not matches[-1].digest:
         raise ConfigError(
             f"no built digest for target {args.target!r} in {args.report / 'report.json'}; build it first"
@@ -372,6 +461,7 @@ def run_verify(args: argparse.Namespace) -> int:
         "allowed_identities": args.allow_identity,
         "check_identity": not args.any_identity,
         "sm2_dist_id": args.sm2_distid.encode("utf-8"),
+        "attestations": "require" if args.require_attestations else not args.no_attestations,
     }
     ref = Reference.parse(image)
     if archive is not None and ref.digest is None:
@@ -394,8 +484,11 @@ def run_verify(args: argparse.Namespace) -> int:
     if audit is not None:
         audit.record("verify", digest=report.digest, subject=report.reference, result="ok" if report.ok else "failed")
     if not report.ok:
-        missing = ", ".join(report.missing) or "see above"
-        raise VerificationFailed(f"{report.reference}: required signatures missing or invalid ({missing})")
+        reasons = [f"required signatures missing or invalid ({', '.join(report.missing)})"] if report.missing else []
+        if report.problems:
+            more = f" (+{len(report.problems) - 1} more above)" if len(report.problems) > 1 else ""
+            reasons.append(f"{report.problems[0]}{more}")
+        raise VerificationFailed(f"{report.reference}: {'; '.join(reasons) or 'see above'}")
     return 0
 
 
@@ -424,6 +517,8 @@ def run_audit_verify(args: argparse.Namespace) -> int:
     from signing.audit import DEFAULT_AUDIT_LOG, AuditHead, verify_audit_log
 
     path = args.path or Path(os.environ.get(AUDIT_ENV, DEFAULT_AUDIT_LOG))
+    if path.is_dir():
+        raise ConfigError(f"audit verify {path}: is a directory; give the audit log file (or ${AUDIT_ENV})")
     expected = None
     if args.expect_head:
         count, sep, last_hash = args.expect_head.partition(":")

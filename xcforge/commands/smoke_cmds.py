@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 from dataclasses import asdict
 from pathlib import Path
 
@@ -12,6 +13,8 @@ from xcforge.matrix import load_matrix
 from xcforge.plan import DIST_DIR
 from xcforge.report import load_results, print_table, write_reports
 from xcforge.smoke import FAIL, SmokeSubject, device_flags, run_smoke
+
+_DIGEST_RE = re.compile(r"@sha256:[0-9a-f]{64}$")
 
 
 def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -37,10 +40,30 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     parser.set_defaults(func=run)
 
 
+def _load_results(dist: Path) -> list:
+    if dist.exists() and not dist.is_dir():
+        raise ConfigError(f"--dist {dist}: is a file; give the directory holding report.json")
+    try:
+        return load_results(dist)
+    except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
+        detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ConfigError(
+            f"{dist / 'report.json'}: not a build report xcforge can read ({detail}); "
+            "rebuild, or pass --image REPO@DIGEST"
+        ) from None
+
+
 def run(args: argparse.Namespace) -> int:
     matrix = load_matrix(args.matrix)
     target = matrix.target(args.target)
-    results = load_results(args.dist)
+    if args.image and "@sha256:" in args.image and not _DIGEST_RE.search(args.image):
+        raise ConfigError(f"--image {args.image}: the digest must be sha256:<64 lower-case hex digits>")
+    # A directory that does not exist yet is where the generated tiny model goes (and is kept).
+    if args.model is not None:
+        existing = next(p for p in (args.model, *args.model.parents) if p.exists())
+        if not existing.is_dir():
+            raise ConfigError(f"--model {args.model}: {existing} is a file; give a model directory (config.json, ...)")
+    results = _load_results(args.dist)
     record = next((r for r in results if r.target == target.name), None)
     archive = None
     engine_install = "full"

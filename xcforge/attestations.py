@@ -1,0 +1,168 @@
+"""A built archive → what a reviewer asks for next: each platform's SBOM and build provenance.
+
+Written right after the build, before anything is pushed, into `<archive>.attestations/`
+(`dist/<target>.attestations/` when the archive is a work file of a push):
+
+- `<os>-<arch>.cdx.json`: the CycloneDX SBOM read from that platform's layers (xcforge/sbom.py);
+- `<os>-<arch>.provenance.json`: the SLSA provenance statement BuildKit recorded for it
+  (`--provenance=mode=max`), byte for byte, so what gets signed is what BuildKit wrote.
+
+The sign step (xcforge/publish.py) turns both into signed in-toto statements (signing/attest.py);
+push modes also attach the raw SBOM in the registry.
+"""
+
+from __future__ import annotations
+
+import json
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from xcforge import image_inspect, sbom
+from xcforge.errors import ConfigError
+
+PROVENANCE_SUFFIX = ".provenance.json"
+RECORD = "attestations.json"  # what was written, so a skipped (unchanged) build can sign it again
+_PROVENANCE_TYPES = ("https://slsa.dev/provenance/v0.2", "https://slsa.dev/provenance/v1")
+
+
+@dataclass(frozen=True)
+class PlatformAttestations:
+    platform: str
+    digest: str
+    media_type: str
+    size: int
+    sbom: str  # path of the SBOM file
+    provenance: str | None  # path of BuildKit's statement (None when the build recorded none)
+    provenance_type: str | None
+    components: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(vars(self))
+
+
+def attestation_dir(archive: Path) -> Path:
+    return archive.with_name(archive.name.removesuffix(".partial") + ".attestations")
+
+
+def write_attestations(archive: Path, out: Path, repository: str) -> list[PlatformAttestations]:
+    """SBOM and provenance of every platform in `archive` (an OCI-layout tar), written under `out`."""
+    reader = image_inspect.OciArchive(archive)
+    written = []
+    try:
+        with tarfile.open(archive) as tar:
+            for image in reader.platform_images(tar):
+                layers = (
+                    (reader.open_blob(tar, layer["digest"]), layer["mediaType"]) for layer in image.manifest["layers"]
+                )
+                inventory = sbom.inventory(sbom.apply_layers(layers), image.platform)
+                subject = sbom.Subject(repository, image.digest, image.platform, str(image.config.get("created", "")))
+                document = sbom.document(inventory, subject)
+                sbom_path = out / sbom.file_name(image.platform)
+                sbom.write(sbom_path, document)
+                provenance_path, provenance_type = None, None
+                for predicate_type, statement in image.statements:
+                    if predicate_type in _PROVENANCE_TYPES:
+                        provenance_path = out / (image.platform.replace("/", "-") + PROVENANCE_SUFFIX)
+                        sbom.write(provenance_path, statement)
+                        provenance_type = predicate_type
+                descriptor = _descriptor(reader, tar, image.digest)
+                written.append(
+                    PlatformAttestations(
+                        image.platform,
+                        image.digest,
+                        descriptor["mediaType"],
+                        descriptor["size"],
+                        str(sbom_path),
+                        str(provenance_path) if provenance_path else None,
+                        provenance_type,
+                        len(inventory.packages),
+                    )
+                )
+    except (tarfile.TarError, OSError, KeyError, ValueError) as exc:
+        raise ConfigError(f"{archive}: cannot read the image for its SBOM ({exc})") from exc
+    sbom.write(out / RECORD, (json.dumps([w.as_dict() for w in written], indent=1) + "\n").encode())
+    return written
+
+
+def load_recorded(out: Path, digests: set[str]) -> list[dict[str, Any]]:
+    """The entries written for these platform digests by an earlier build, when all are there."""
+    try:
+        entries = json.loads((out / RECORD).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    if not isinstance(entries, list) or {e.get("digest") for e in entries if isinstance(e, dict)} != digests:
+        return []
+    return [e for e in entries if all(Path(p).exists() for p in (e.get("sbom"), e.get("provenance")) if p)]
+
+
+def _descriptor(reader: image_inspect.OciArchive, tar: tarfile.TarFile, digest: str) -> dict[str, Any]:
+    data = reader.open_blob(tar, digest).read()
+    return {
+        "mediaType": json.loads(data).get("mediaType", "application/vnd.oci.image.manifest.v1+json"),
+        "size": len(data),
+    }
+
+
+def statements(entry: PlatformAttestations | dict[str, Any], repository: str) -> list[tuple[str, bytes]]:
+    """(predicate type, in-toto statement) pairs to sign for one platform."""
+    from signing.attest import statement
+
+    item = entry.as_dict() if isinstance(entry, PlatformAttestations) else entry
+    try:
+        document = json.loads(Path(item["sbom"]).read_bytes())
+        out = [(sbom.PREDICATE_TYPE, statement(sbom.PREDICATE_TYPE, document, [(repository, item["digest"])]))]
+        if item.get("provenance"):
+            out.append((item["provenance_type"], Path(item["provenance"]).read_bytes()))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(
+            f"attestation input for {item.get('platform')} unreadable ({exc}); rebuild with --force"
+        ) from exc
+    return out
+
+
+def archive_statements(archive: Path, repository: str) -> dict[str, list[tuple[str, bytes]]]:
+    """platform digest → statements, from what the build wrote beside `archive`."""
+    recorded = _recorded(attestation_dir(archive))
+    return {entry["digest"]: statements(entry, repository) for entry in recorded}
+
+
+def registry_statements(client, repository: str, name: str, digest: str) -> dict[str, list[tuple[str, bytes]]]:
+    """platform digest → statements, from the registry: the attached SBOM and BuildKit's provenance."""
+    from signing.attest import read_sbom, statement
+
+    top = client.get_manifest(repository, digest)
+    children = top.json().get("manifests") or [] if top.is_index else [{"digest": digest}]
+    provenance: dict[str, tuple[str, bytes]] = {}
+    platforms = []
+    for child in children:
+        annotations = child.get("annotations") or {}
+        if annotations.get("vnd.docker.reference.type") != "attestation-manifest":
+            platforms.append(child["digest"])
+            continue
+        for layer in client.get_manifest(repository, child["digest"]).json().get("layers") or []:
+            predicate_type = (layer.get("annotations") or {}).get("in-toto.io/predicate-type", "")
+            if predicate_type in _PROVENANCE_TYPES:
+                data = client.get_blob(repository, layer["digest"])
+                provenance[annotations.get("vnd.docker.reference.digest", "")] = (predicate_type, data)
+    out: dict[str, list[tuple[str, bytes]]] = {}
+    for platform_digest in platforms:
+        pairs = []
+        document = read_sbom(client, repository, platform_digest)
+        if document is not None:
+            pairs.append(
+                (sbom.PREDICATE_TYPE, statement(sbom.PREDICATE_TYPE, json.loads(document), [(name, platform_digest)]))
+            )
+        if platform_digest in provenance:
+            pairs.append(provenance[platform_digest])
+        out[platform_digest] = pairs
+    return out
+
+
+def _recorded(out: Path) -> list[dict[str, Any]]:
+    try:
+        entries = json.loads((out / RECORD).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    return [e for e in entries if isinstance(e, dict) and e.get("digest")] if isinstance(entries, list) else []
