@@ -118,12 +118,23 @@ def markdown(results: list[BuildResult]) -> str:
     if notes:
         lines += ["", "### Notes", ""]
         lines += [f"- **{t}**: {n}" for t, n in notes]
+    sboms = [(r.target, a) for r in results for a in r.attestations]
+    if sboms:
+        lines += ["", "### SBOM and provenance", "", "| target | platform | components | SBOM | provenance |"]
+        lines.append("|---|---|---|---|---|")
+        for t, a in sboms:
+            where = a.get("sbom_ref") or a.get("sbom", "")
+            lines.append(
+                f"| {t} | {a.get('platform')} | {a.get('components')} | `{where}` | {a.get('provenance_type') or '-'} |"
+            )
     signed = [(r.target, s) for r in results for s in r.signatures]
     if signed:
-        lines += ["", "### Signatures", "", "| target | scheme | digest | key id | result |", "|---|---|---|---|---|"]
+        lines += ["", "### Signatures", "", "| target | scheme | what | digest | key id | result |"]
+        lines.append("|---|---|---|---|---|---|")
         for t, s in signed:
+            what = s.get("attestation") or "image"
             lines.append(
-                f"| {t} | {s.get('scheme')} | `{str(s.get('digest', ''))[:19]}…` | {s.get('key_id', '-')} "
+                f"| {t} | {s.get('scheme')} | {what} | `{str(s.get('digest', ''))[:19]}…` | {s.get('key_id', '-')} "
                 f"| {s.get('result', '-')} |"
             )
     smoked = [(r.target, s) for r in results for s in r.smoke]

@@ -72,7 +72,11 @@ def test_every_standin_target_is_an_index_with_all_platforms(pushed, prefix):
         assert annotations["org.opencontainers.image.base.name"] == target.base.image
         # both tags point at the reported digest; nothing called latest
         repo_tags = tags(repo)
-        assert len([t for t in repo_tags if not t.startswith("buildcache")]) == 2
+        assert len([t for t in repo_tags if not t.startswith(("buildcache", "sha256-"))]) == 2
+        # and one SBOM per platform manifest, attached beside it
+        platform_digests = {m["digest"] for m in index["manifests"] if m["platform"]["architecture"] != "unknown"}
+        sbom_tags = {t for t in repo_tags if t.endswith(".sbom")}
+        assert sbom_tags == {d.replace(":", "-") + ".sbom" for d in platform_digests}
         assert not any("latest" in t for t in repo_tags)
         for tag in entry["refs"]:
             response = manifest(repo, tag.rsplit(":", 1)[1])
@@ -243,6 +247,23 @@ def test_build_signs_pushed_digests_and_independent_tools_verify(pushed, prefix,
         capture_output=True, text=True, timeout=300, env={**os.environ, "COSIGN_YES": "true"},
     )  # fmt: skip
     assert cosign.returncode == 0, cosign.stderr
+    # Each platform's SBOM and BuildKit provenance were attested, even though this run skipped the
+    # (unchanged) build: the files written by the build that pushed it are signed.
+    attested = {(s["scheme"], s["digest"], s["attestation"]) for s in entry["signatures"] if s.get("attestation")}
+    platforms = {p["digest"] for p in entry["platforms"]}
+    kinds = ("https://cyclonedx.org/bom", "https://slsa.dev/provenance/v0.2")
+    assert attested == {(scheme, d, k) for scheme in ("sm2", "cosign") for d in platforms for k in kinds}
+    trusted = ("--sm2-key", str(keys / "sm2.pub"), "--cosign-key", str(keys / "cosign.pub"))
+    strict = cli("verify", image, *trusted, "--require-attestations")
+    assert strict.returncode == 0, strict.stdout + strict.stderr
+    assert strict.stdout.count("attestation https://") == 4 * len(platforms)
+    for kind in ("cyclonedx", "slsaprovenance"):
+        checked = subprocess.run(
+            ["cosign", "verify-attestation", "--key", str(keys / "cosign.pub"), "--type", kind,
+             "--insecure-ignore-tlog", "--allow-insecure-registry", f"{entry['image_repo']}@{sorted(platforms)[0]}"],
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert checked.returncode == 0, checked.stderr
     # another key is refused
     other = tmp_path / "other"
     cli("keygen", "--sm2", "--no-password", "--out", str(other), "--no-audit")
@@ -267,7 +288,9 @@ def test_split_builds_merge_into_one_index(project, prefix, tmp_path):
         assert record["platform"] == platform
         digests.append(record["digest"])
     repo = f"{registry.split('/', 1)[1]}/vllm-ascend"
-    assert [t for t in tags(repo) if not t.startswith("buildcache")] == []  # untagged until merged
+    # untagged until merged; only each platform's SBOM sits beside its digest already
+    assert [t for t in tags(repo) if not t.startswith(("buildcache", "sha256-"))] == []
+    assert len([t for t in tags(repo) if t.endswith(".sbom")]) == 2
     merged = cli(
         "merge", "--matrix", str(project / "matrix.yaml"), "--target", "ascend", "--registry", registry,
         "--dist", str(dist), *[a for d in digests for a in ("--digest", d)],
@@ -277,7 +300,17 @@ def test_split_builds_merge_into_one_index(project, prefix, tmp_path):
     index = manifest(repo, entry["digest"])
     assert _platforms(index) == {"linux/amd64", "linux/arm64"}
     assert (index.get("annotations") or {}).get("io.xcforge.target") == "ascend"
-    assert len([t for t in tags(repo) if not t.startswith("buildcache")]) == 2
+    assert len([t for t in tags(repo) if not t.startswith(("buildcache", "sha256-"))]) == 2
+    # CI signs the merged index with `sign`: it finds each platform's SBOM and BuildKit provenance
+    # in the registry and attests them, so verification can require them.
+    keys = tmp_path / "keys"
+    assert cli("keygen", "--sm2", "--no-password", "--out", str(keys), "--no-audit").returncode == 0
+    image = f"{entry['image_repo']}@{entry['digest']}"
+    signed = cli("sign", image, "--sm2-key", str(keys / "sm2.key"), "--no-audit")
+    assert signed.returncode == 0, signed.stdout + signed.stderr
+    assert signed.stdout.count("attested: ") == 4, signed.stdout  # 2 platforms x (SBOM, provenance)
+    verified = cli("verify", image, "--sm2-key", str(keys / "sm2.pub"), "--require-attestations", "--no-audit")
+    assert verified.returncode == 0, verified.stdout + verified.stderr
 
 
 def test_isa_gate_under_emulated_cpu_models(tmp_path):
