@@ -33,10 +33,10 @@ from signing.cosign_keys import CosignPublicKey
 from signing.signers import Signer
 from signing.sm2_keys import Sm2PublicKey
 from signing.store import (
-    _manifest_bytes,
-    _read_manifest,
-    _SignatureManifest,
+    SignatureManifest,
     detached_dir,
+    manifest_bytes,
+    read_manifest,
     signature_config_blob,
 )
 from xcforge.errors import SigningError
@@ -92,15 +92,8 @@ def sbom_tag(digest: str) -> str:
 # ------------------------------------------------------------------------------------------ envelopes
 
 
-def _signature_bytes(signer: Signer, data: bytes) -> bytes:
-    key = signer.key  # type: ignore[attr-defined]
-    if signer.scheme == sm2_format.SCHEME:
-        return key.sign(data, dist_id=signer.dist_id)  # type: ignore[attr-defined]
-    return key.sign(data)
-
-
 def envelope(payload: bytes, signer: Signer) -> bytes:
-    signature = _signature_bytes(signer, pae(IN_TOTO_PAYLOAD_TYPE, payload))
+    signature = signer.signature(pae(IN_TOTO_PAYLOAD_TYPE, payload))
     key_id = signer.key_id if signer.scheme == sm2_format.SCHEME else ""  # cosign writes an empty keyid
     return canonical_json(
         {
@@ -116,7 +109,7 @@ def layer_annotations(signer: Signer, predicate_type: str) -> dict[str, str]:
         return {
             PREDICATE_ANNOTATION: predicate_type,
             sm2_format.KEYID_ANNOTATION: signer.key_id,
-            sm2_format.DISTID_ANNOTATION: signer.dist_id.decode("utf-8"),  # type: ignore[attr-defined]
+            sm2_format.DISTID_ANNOTATION: getattr(signer, "dist_id", sm2.DEFAULT_DIST_ID).decode("utf-8"),
             sm2_format.ALGORITHM_ANNOTATION: sm2_format.ALGORITHM,
         }
     return {cosign_format.SIGNATURE_ANNOTATION: "", PREDICATE_ANNOTATION: predicate_type}
@@ -179,11 +172,11 @@ class AttestResult:
 
 
 def _already(signer: Signer, payload: bytes, envelopes: Iterable[bytes]) -> bool:
+    """This signer has already attested exactly this statement (signing again would only add noise)."""
+    message = pae(IN_TOTO_PAYLOAD_TYPE, payload)
     for data in envelopes:
         opened = open_envelope(data)
-        if opened.payload == payload and signed_by(
-            opened, signer.scheme, signer.key.public_key, getattr(signer, "dist_id", sm2.DEFAULT_DIST_ID)
-        ):
+        if opened.payload == payload and any(signer.verifies(message, sig) for _key_id, sig in opened.signatures):
             return True
     return False
 
@@ -200,7 +193,7 @@ def attach_attestations(
     for scheme in dict.fromkeys(s.scheme for s in signers):
         tag = attestation_tag(digest, scheme)
         location = f"{client.registry}/{repository}:{tag}"
-        manifest = _read_manifest(client, repository, tag) or _SignatureManifest()
+        manifest = read_manifest(client, repository, tag) or SignatureManifest()
         existing = [s.envelope for s in read_attestations(client, repository, digest, scheme) or [] if s.envelope]
         changed = False
         for signer in (s for s in signers if s.scheme == scheme):
@@ -224,7 +217,7 @@ def attach_attestations(
         if changed:
             config = signature_config_blob([layer.get("digest", "") for layer in manifest.layers])
             client.push_blob(repository, config)
-            client.put_manifest(repository, tag, _manifest_bytes(manifest, config), OCI_MANIFEST)
+            client.put_manifest(repository, tag, manifest_bytes(manifest, config), OCI_MANIFEST)
     return results
 
 
@@ -232,7 +225,7 @@ def read_attestations(
     client: RegistryClient, repository: str, digest: str, scheme: str
 ) -> list[StoredAttestation] | None:
     tag = attestation_tag(digest, scheme)
-    manifest = _read_manifest(client, repository, tag)
+    manifest = read_manifest(client, repository, tag)
     if manifest is None:
         return None
     found = []
@@ -275,7 +268,7 @@ def attach_sbom(
 
 
 def read_sbom(client: RegistryClient, repository: str, digest: str) -> bytes | None:
-    manifest = _read_manifest(client, repository, sbom_tag(digest))
+    manifest = read_manifest(client, repository, sbom_tag(digest))
     if manifest is None or not manifest.layers:
         return None
     layer = manifest.layers[0]

@@ -25,6 +25,14 @@ class Signer(Protocol):
         """True when these annotations already hold a valid signature of `payload` by this key."""
         ...
 
+    def signature(self, data: bytes) -> bytes:
+        """The raw signature of `data` (DSSE signs PAE bytes, not a layer payload)."""
+        ...
+
+    def verifies(self, data: bytes, signature: bytes) -> bool:
+        """True when `signature` over `data` is this key's."""
+        ...
+
 
 @dataclass(frozen=True)
 class Sm2Signer:
@@ -44,7 +52,13 @@ class Sm2Signer:
         signature = sm2_format.signature_from(annotations)
         if signature is None or sm2_format.dist_id_from(annotations) != self.dist_id:
             return False
-        return self.key.public_key.verify(payload, signature, dist_id=self.dist_id)
+        return self.verifies(payload, signature)
+
+    def signature(self, data: bytes) -> bytes:
+        return self.key.sign(data, dist_id=self.dist_id)
+
+    def verifies(self, data: bytes, signature: bytes) -> bool:
+        return self.key.public_key.verify(data, signature, dist_id=self.dist_id)
 
 
 @dataclass(frozen=True)
@@ -61,4 +75,10 @@ class CosignSigner:
 
     def has_signed(self, payload: bytes, annotations: Mapping[str, str]) -> bool:
         signature = cosign_format.signature_from(annotations)
-        return signature is not None and self.key.public_key.verify(payload, signature)
+        return signature is not None and self.verifies(payload, signature)
+
+    def signature(self, data: bytes) -> bytes:
+        return self.key.sign(data)
+
+    def verifies(self, data: bytes, signature: bytes) -> bool:
+        return self.key.public_key.verify(data, signature)

@@ -64,7 +64,7 @@ class AttachResult:
 
 
 @dataclass
-class _SignatureManifest:
+class SignatureManifest:
     layers: list[dict[str, Any]] = field(default_factory=list)
     annotations: dict[str, str] = field(default_factory=dict)
 
@@ -97,7 +97,7 @@ def signature_config_blob(layer_digests: Sequence[str]) -> bytes:
     )
 
 
-def _manifest_bytes(manifest: _SignatureManifest, config: bytes) -> bytes:
+def manifest_bytes(manifest: SignatureManifest, config: bytes) -> bytes:
     doc: dict[str, Any] = {
         "schemaVersion": 2,
         "mediaType": OCI_MANIFEST,
@@ -112,7 +112,7 @@ def _manifest_bytes(manifest: _SignatureManifest, config: bytes) -> bytes:
 # ------------------------------------------------------------------------------------------ registry
 
 
-def _read_manifest(client: RegistryClient, repository: str, tag: str) -> _SignatureManifest | None:
+def read_manifest(client: RegistryClient, repository: str, tag: str) -> SignatureManifest | None:
     try:
         doc = client.get_manifest(repository, tag, accept=(OCI_MANIFEST,)).json()
     except RegistryNotFound:
@@ -122,13 +122,13 @@ def _read_manifest(client: RegistryClient, repository: str, tag: str) -> _Signat
     layers = doc.get("layers")
     if not isinstance(layers, list):
         raise RegistryError(f"{client.registry}/{repository}:{tag} is not an image manifest")
-    return _SignatureManifest(list(layers), dict(doc.get("annotations") or {}))
+    return SignatureManifest(list(layers), dict(doc.get("annotations") or {}))
 
 
 def read_signatures(client: RegistryClient, repository: str, digest: str, scheme: str) -> list[StoredSignature] | None:
     """Every signature layer under the scheme's tag; None when the tag does not exist."""
     tag = signature_tag(digest, scheme)
-    manifest = _read_manifest(client, repository, tag)
+    manifest = read_manifest(client, repository, tag)
     if manifest is None:
         return None
     found = []
@@ -184,7 +184,7 @@ def _attach_one_scheme(
     client.push_blob(repository, payload, payload_digest)
     new_layers: dict[str, dict[str, Any]] = {}  # key id → the layer we add
     for _attempt in range(attempts):
-        manifest = _read_manifest(client, repository, tag) or _SignatureManifest()
+        manifest = read_manifest(client, repository, tag) or SignatureManifest()
         results: list[AttachResult] = []
         appended = False
         for signer in signers:
@@ -209,9 +209,9 @@ def _attach_one_scheme(
         manifest.annotations = {**manifest.annotations, **fmt.MANIFEST_ANNOTATIONS}
         config = signature_config_blob([layer.get("digest", "") for layer in manifest.layers])
         client.push_blob(repository, config)
-        client.put_manifest(repository, tag, _manifest_bytes(manifest, config), OCI_MANIFEST)
+        client.put_manifest(repository, tag, manifest_bytes(manifest, config), OCI_MANIFEST)
         # Read back: a concurrent writer may have replaced the tag between our read and write.
-        stored = _read_manifest(client, repository, tag) or _SignatureManifest()
+        stored = read_manifest(client, repository, tag) or SignatureManifest()
         if all(layer in stored.layers for layer in new_layers.values()):
             return results
     raise SigningError(f"{location}: the signature tag kept changing under us (concurrent signers?); retry")

@@ -290,7 +290,7 @@ def verify_image(
     notes: list[str] = []
     if attestations and not problems:
         try:
-            platforms = _registry_platform_digests(client, ref.repository, digest)
+            platforms = registry_platform_digests(client, ref.repository, digest)
             sources = {
                 scheme: (lambda d, s=scheme: read_attestations(client, ref.repository, d, s))
                 for scheme in _attestation_schemes(required, sm2_public_keys, cosign_public_keys)
@@ -363,7 +363,7 @@ def _attestation_schemes(required: frozenset[str], sm2_keys: Sequence, cosign_ke
     return [s for s in _schemes_to_read(required, sm2_keys, cosign_keys) if s in FORMATS]
 
 
-def _registry_platform_digests(client: RegistryClient, repository: str, digest: str) -> dict[str, str]:
+def registry_platform_digests(client: RegistryClient, repository: str, digest: str) -> dict[str, str]:
     """platform digest → platform, for an index (attestation manifests left out) or one manifest."""
     top = client.get_manifest(repository, digest)
     if not top.is_index:

@@ -268,7 +268,8 @@ class Subject:
 
 
 def _bom_ref(package: Package) -> str:
-    where = f"#{package.environment}" if package.environment else ""
+    # Unique per place found: the same distribution can sit in two environments (or twice in one).
+    where = f"#{package.source}" if package.ecosystem == "pypi" else ""
     return f"{package.purl}{where}"
 
 
@@ -281,6 +282,7 @@ def document(inv: Inventory, subject: Subject) -> bytes:
     from cyclonedx.output.json import JsonV1Dot6
     from cyclonedx.schema import SchemaVersion
     from cyclonedx.validation.json import JsonStrictValidator
+    from packageurl import PackageURL
 
     from xcforge import __version__
 
@@ -295,8 +297,6 @@ def document(inv: Inventory, subject: Subject) -> bytes:
 
     components = []
     for package in sorted(inv.packages, key=lambda p: (p.ecosystem, p.environment, p.name, p.version)):
-        from packageurl import PackageURL
-
         licenses = [LicenseExpression(expression) for expression in package.licenses]
         components.append(
             Component(
@@ -326,7 +326,9 @@ def document(inv: Inventory, subject: Subject) -> bytes:
             Property(name="xcforge:arch", value=arch),
         ],
     )
-    tool = Component(name="xcforge", version=__version__, type=ComponentType.APPLICATION)
+    tool = Component(
+        name="xcforge", version=__version__, type=ComponentType.APPLICATION, bom_ref=f"xcforge@{__version__}"
+    )
     metadata = BomMetaData(component=image, timestamp=_timestamp(subject.created))
     metadata.tools.components.add(tool)
     bom = Bom(

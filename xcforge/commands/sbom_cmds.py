@@ -50,7 +50,7 @@ def _documents(args: argparse.Namespace) -> list[tuple[str, bytes]]:
             raise ConfigError(f"sbom --archive: no SBOMs in {directory}; rebuild the target (build writes them)")
         return [(str(f), f.read_bytes()) for f in files]
     from signing.attest import read_sbom
-    from signing.verify import _registry_platform_digests
+    from signing.verify import registry_platform_digests
     from xcforge.oci import Reference, RegistryClient
 
     ref = Reference.parse(args.image)
@@ -58,7 +58,7 @@ def _documents(args: argparse.Namespace) -> list[tuple[str, bytes]]:
         raise ConfigError(f"sbom: {args.image} has no digest; give IMAGE@sha256:<64 hex> (tags can move)")
     client = RegistryClient(ref.registry, insecure=args.insecure)
     out = []
-    for digest, platform in _registry_platform_digests(client, ref.repository, ref.digest).items():
+    for digest, platform in registry_platform_digests(client, ref.repository, ref.digest).items():
         data = read_sbom(client, ref.repository, digest)
         if data is None:
             raise ConfigError(
