@@ -36,8 +36,10 @@ from signing.store import (
     SignatureManifest,
     detached_dir,
     manifest_bytes,
+    read_detached_doc,
     read_manifest,
     signature_config_blob,
+    write_detached_doc,
 )
 from xcforge.errors import SigningError
 from xcforge.oci import (
@@ -283,17 +285,7 @@ def detached_path(archive: os.PathLike[str] | str, digest: str, scheme: str) -> 
 
 
 def _read_detached(path: Path, digest: str, scheme: str) -> dict[str, Any] | None:
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as exc:
-        raise SigningError(f"{path}: unreadable attestation file ({exc})") from exc
-    if not isinstance(doc, dict) or doc.get("mediaType") != DETACHED_MEDIA_TYPE:
-        raise SigningError(f"{path}: not an xcforge attestation file")
-    if doc.get("subject") != digest or doc.get("scheme") != scheme:
-        raise SigningError(f"{path}: attestations for {doc.get('subject')} ({doc.get('scheme')}), expected {digest}")
-    return doc
+    return read_detached_doc(path, digest, scheme, media_type=DETACHED_MEDIA_TYPE, what="attestation")
 
 
 def write_detached_attestations(
@@ -322,10 +314,7 @@ def write_detached_attestations(
                 changed = True
                 results.append(AttestResult(scheme, signer.key_id, predicate_type, str(path), True))
         if changed:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(path.name + ".tmp")
-            tmp.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-            os.replace(tmp, path)
+            write_detached_doc(path, doc)
     return results
 
 

@@ -26,6 +26,9 @@ class SignatureRecord:
     location: str  # registry tag or file
     added: bool  # False when this key had already signed this digest there
 
+    def audit_details(self) -> dict[str, str]:
+        return {"scheme": self.scheme, "location": self.location}
+
     def line(self) -> str:
         state = "signed" if self.added else "already signed"
         return f"{state}: {self.scheme:<6} key {self.key_id[:16]}  {self.repository}@{self.digest}  -> {self.location}"
@@ -51,25 +54,26 @@ def _records(results: Sequence[AttachResult], repository: str, digest: str) -> l
     return [SignatureRecord(r.scheme, r.key_id, repository, digest, r.location, r.added) for r in results]
 
 
-def _audited(audit: AuditLog | None, signers: Sequence[Signer], digest: str, subject: str, work):
+def _audited(audit: AuditLog | None, signers: Sequence[Signer], digest: str, subject: str, work, action: str = "sign"):
+    """Run `work` and write one audit entry per record it returns, or per signer when it fails."""
     try:
         records = work()
     except XcforgeError as exc:
         if audit is not None:
             for signer in signers:
                 audit.record(
-                    "sign", digest=digest, key_id=signer.key_id, subject=subject, result=f"error: {exc.message[:200]}"
+                    action, digest=digest, key_id=signer.key_id, subject=subject, result=f"error: {exc.message[:200]}"
                 )
         raise
     if audit is not None:
         for record in records:
             audit.record(
-                "sign",
+                action,
                 digest=digest,
                 key_id=record.key_id,
                 subject=subject,
-                result="ok" if record.added else "ok (already signed)",
-                details={"scheme": record.scheme, "location": record.location},
+                result="ok" if record.added else f"ok (already {action}ed)",
+                details=record.audit_details(),
             )
     return records
 
@@ -145,6 +149,9 @@ class AttestationRecord:
     location: str
     added: bool
 
+    def audit_details(self) -> dict[str, str]:
+        return {"scheme": self.scheme, "predicate": self.predicate_type, "location": self.location}
+
     def line(self) -> str:
         state = "attested" if self.added else "already attested"
         return (
@@ -188,24 +195,7 @@ def attest(
         def store():
             return attach_attestations(registry, ref.repository, digest, statements, signers)
 
-    try:
-        results = store()
-    except XcforgeError as exc:
-        if audit is not None:
-            for signer in signers:
-                audit.record(
-                    "attest", digest=digest, key_id=signer.key_id, subject=subject, result=f"error: {exc.message[:200]}"
-                )
-        raise
-    records = [AttestationRecord(r.scheme, r.key_id, r.predicate_type, digest, r.location, r.added) for r in results]
-    if audit is not None:
-        for record in records:
-            audit.record(
-                "attest",
-                digest=digest,
-                key_id=record.key_id,
-                subject=subject,
-                result="ok" if record.added else "ok (already attested)",
-                details={"scheme": record.scheme, "predicate": record.predicate_type, "location": record.location},
-            )
-    return records
+    def work() -> list[AttestationRecord]:
+        return [AttestationRecord(r.scheme, r.key_id, r.predicate_type, digest, r.location, r.added) for r in store()]
+
+    return _audited(audit, signers, digest, subject, work, action="attest")

@@ -229,24 +229,35 @@ def detached_path(archive: os.PathLike[str] | str, digest: str, scheme: str) -> 
     return detached_dir(archive) / f"{signature_tag(digest, scheme)}.json"
 
 
-def _read_detached_doc(path: Path, digest: str, scheme: str) -> dict[str, Any] | None:
+def read_detached_doc(
+    path: Path, digest: str, scheme: str, *, media_type: str = DETACHED_MEDIA_TYPE, what: str = "signature"
+) -> dict[str, Any] | None:
+    """A detached signature (or attestation) file for `digest`/`scheme`; None when there is none."""
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as exc:
-        raise SigningError(f"{path}: unreadable signature file ({exc})") from exc
-    if not isinstance(doc, dict) or doc.get("mediaType") != DETACHED_MEDIA_TYPE:
-        raise SigningError(f"{path}: not an xcforge signature file")
+        raise SigningError(f"{path}: unreadable {what} file ({exc})") from exc
+    if not isinstance(doc, dict) or doc.get("mediaType") != media_type:
+        raise SigningError(f"{path}: not an xcforge {what} file")
     if doc.get("subject") != digest or doc.get("scheme") != scheme:
         found = f"{doc.get('subject')} ({doc.get('scheme')})"
-        raise SigningError(f"{path}: signatures for {found}, expected {digest} ({scheme})")
+        raise SigningError(f"{path}: {what}s for {found}, expected {digest} ({scheme})")
     return doc
+
+
+def write_detached_doc(path: Path, doc: Mapping[str, Any]) -> None:
+    """Replace the file atomically: a reader never sees half a signature file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
 
 
 def read_detached_signatures(archive: os.PathLike[str] | str, digest: str, scheme: str) -> list[StoredSignature] | None:
     path = detached_path(archive, digest, scheme)
-    doc = _read_detached_doc(path, digest, scheme)
+    doc = read_detached_doc(path, digest, scheme)
     if doc is None:
         return None
     found = []
@@ -269,7 +280,7 @@ def write_detached_signatures(
     results: list[AttachResult] = []
     for scheme in dict.fromkeys(s.scheme for s in signers):
         path = detached_path(archive, digest, scheme)
-        doc = _read_detached_doc(path, digest, scheme) or {
+        doc = read_detached_doc(path, digest, scheme) or {
             "mediaType": DETACHED_MEDIA_TYPE,
             "subject": digest,
             "scheme": scheme,
@@ -287,8 +298,5 @@ def write_detached_signatures(
             changed = True
             results.append(AttachResult(scheme, signer.key_id, str(path), added=True))
         if changed:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(path.name + ".tmp")
-            tmp.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-            os.replace(tmp, path)
+            write_detached_doc(path, doc)
     return results
