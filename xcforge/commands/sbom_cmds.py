@@ -11,6 +11,7 @@ import json
 import sys
 from pathlib import Path
 
+from xcforge import sbom
 from xcforge.errors import ConfigError
 
 
@@ -21,7 +22,7 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
         help="summarize the SBOM of IMAGE@DIGEST, an archive's SBOMs, or a .cdx.json file",
         description="Print package counts by ecosystem and the engine, torch and plugin versions.",
     )
-    parser.add_argument("image", metavar="IMAGE@DIGEST|FILE.cdx.json")
+    parser.add_argument("image", metavar="IMAGE@DIGEST|FILE.cdx.json", nargs="?")
     parser.add_argument("--archive", type=Path, help="read the SBOMs written beside this OCI archive")
     parser.add_argument("--json", action="store_true", help="print the summaries as JSON")
     parser.add_argument("--insecure", action="store_true", help="plain http to a non-loopback registry")
@@ -29,8 +30,11 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
 
 
 def _documents(args: argparse.Namespace) -> list[tuple[str, bytes]]:
-    from xcforge import sbom
-
+    """(where, CycloneDX bytes) for each SBOM the arguments name."""
+    if (args.image is None) == (args.archive is None):
+        raise ConfigError("sbom: give IMAGE@DIGEST, a .cdx.json file, or --archive ARCHIVE (one of them)")
+    if args.archive is not None:
+        return _archive_documents(args.archive)
     path = Path(args.image)
     if args.image.endswith(sbom.SUFFIX) or (path.exists() and "@" not in args.image):
         try:
@@ -39,24 +43,30 @@ def _documents(args: argparse.Namespace) -> list[tuple[str, bytes]]:
             raise ConfigError(
                 f"sbom: {path}: {exc.strerror or exc}; give a CycloneDX JSON file or IMAGE@DIGEST"
             ) from None
-    if args.archive is not None:
-        from xcforge.attestations import attestation_dir
+    return _registry_documents(args.image, insecure=args.insecure)
 
-        directory = attestation_dir(args.archive)
-        if not args.archive.is_file():
-            raise ConfigError(f"sbom --archive {args.archive}: not a file; give the .oci.tar a build wrote")
-        files = sorted(directory.glob(f"*{sbom.SUFFIX}"))
-        if not files:
-            raise ConfigError(f"sbom --archive: no SBOMs in {directory}; rebuild the target (build writes them)")
-        return [(str(f), f.read_bytes()) for f in files]
+
+def _archive_documents(archive: Path) -> list[tuple[str, bytes]]:
+    from xcforge.attestations import attestation_dir
+
+    if not archive.is_file():
+        raise ConfigError(f"sbom --archive {archive}: not a file; give the .oci.tar a build wrote")
+    directory = attestation_dir(archive)
+    files = sorted(directory.glob(f"*{sbom.SUFFIX}"))
+    if not files:
+        raise ConfigError(f"sbom --archive: no SBOMs in {directory}; rebuild the target (build writes them)")
+    return [(str(f), f.read_bytes()) for f in files]
+
+
+def _registry_documents(image: str, *, insecure: bool) -> list[tuple[str, bytes]]:
     from signing.attest import read_sbom
     from signing.verify import registry_platform_digests
     from xcforge.oci import Reference, RegistryClient
 
-    ref = Reference.parse(args.image)
+    ref = Reference.parse(image)
     if ref.digest is None:
-        raise ConfigError(f"sbom: {args.image} has no digest; give IMAGE@sha256:<64 hex> (tags can move)")
-    client = RegistryClient(ref.registry, insecure=args.insecure)
+        raise ConfigError(f"sbom: {image} has no digest; give IMAGE@sha256:<64 hex> (tags can move)")
+    client = RegistryClient(ref.registry, insecure=insecure)
     out = []
     for digest, platform in registry_platform_digests(client, ref.repository, ref.digest).items():
         data = read_sbom(client, ref.repository, digest)
@@ -69,8 +79,6 @@ def _documents(args: argparse.Namespace) -> list[tuple[str, bytes]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from xcforge import sbom
-
     summaries = [sbom.summarize(data, where=where) for where, data in _documents(args)]
     if args.json:
         json.dump([vars(s) for s in summaries], sys.stdout, indent=2)
