@@ -8,6 +8,7 @@ base as it will be pulled (after mirrors), tags, build args, named contexts and 
 from __future__ import annotations
 
 import datetime as dt
+import re
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -209,6 +210,10 @@ def make_plan(matrix: Matrix, target: Target, site: SiteConfig, options: BuildOp
     if options.push_by_digest and len(platforms) != 1:
         raise ConfigError("--push-by-digest builds exactly one platform: add --platform linux/amd64 (or arm64)")
     registry = options.registry or site.registry
+    port = re.match(r"[^/:]+:([0-9]+)", registry or "")
+    if port and not 0 < int(port.group(1)) < 65536:
+        where = "--registry" if options.registry else f"{site.path}: registry"
+        raise ConfigError(f"{where}: port {port.group(1)} in '{registry}' is out of range (1-65535)")
     if registry and not REGISTRY_PREFIX_RE.fullmatch(registry):
         where = "--registry" if options.registry else f"{site.path}: registry"
         raise ConfigError(

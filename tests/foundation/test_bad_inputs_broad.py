@@ -830,7 +830,7 @@ CLI_CASES = [
         "build-registry-port",
         [*B, "--target", "cpu", "--registry", "r:99999999/x", "--dry-run"],
         2,
-        "--registry: 'r:99999999/x' is not",
+        "--registry: port 99999999 in 'r:99999999/x' is out of range",
     ),
     Case(
         "build-registry-empty-path",
@@ -1088,6 +1088,21 @@ CLI_CASES = [
     Case("sbom-archive-a-directory", ["sbom", "--archive", "{f}/adir"], 2, "adir"),
     Case("sbom-archive-without-sboms", ["sbom", "--archive", "{f}/afile"], 2, "no SBOMs"),
     Case("sbom-nothing-named", ["sbom"], 2, "one of them"),
+    Case("all-and-target", ["--all", "--target", "cpu", "--dry-run"], 2, "--all and --target"),
+    Case("render-all-and-target", ["render", "--all", "--target", "cpu"], 2, "--all and --target"),
+    Case(
+        "registry-port-too-big",
+        ["--target", "cpu", "--registry", "127.0.0.1:99999/x", "--push", "--dry-run"],
+        2,
+        "99999",
+    ),
+    Case("registry-port-zero", ["--target", "cpu", "--registry", "127.0.0.1:0/x", "--push", "--dry-run"], 2, "port 0"),
+    Case(
+        "keygen-out-uncreatable",
+        ["keygen", "--sm2", "--no-password", "--out", "/proc/xcforge-keys"],
+        2,
+        "cannot create",
+    ),
     Case("sbom-image-and-archive", ["sbom", IMAGE, "--archive", "{f}/afile"], 2, "one of them"),
     Case(
         "verify-attestation-flags-exclusive",

@@ -16,6 +16,8 @@ def add_target_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def selected_targets(args: argparse.Namespace, *, required: bool = True) -> tuple[Matrix, list[Target]]:
+    if args.all and args.target:
+        raise ConfigError("--all and --target exclude each other: give one (--all acts on every target)")
     matrix = load_matrix(args.matrix)
     if args.all:
         return matrix, list(matrix.targets.values())

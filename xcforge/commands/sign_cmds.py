@@ -320,7 +320,10 @@ def run_keygen(args: argparse.Namespace) -> int:
         for name in (f"{scheme}.key", f"{scheme}.pub"):
             if (args.out / name).exists() and not args.force:
                 raise ConfigError(f"{args.out / name} exists; pass --force to replace it")
-    args.out.mkdir(parents=True, exist_ok=True)
+    try:
+        args.out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"keygen --out {args.out}: cannot create it ({exc.strerror or exc})") from None
     made = []
     if args.sm2:
         key = Sm2PrivateKey.generate()
