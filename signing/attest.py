@@ -35,13 +35,13 @@ from signing.sm2_keys import Sm2PublicKey
 from signing.store import (
     SignatureManifest,
     detached_dir,
+    digest_tag,
     manifest_bytes,
     read_detached_doc,
     read_manifest,
     signature_config_blob,
     write_detached_doc,
 )
-from xcforge.errors import SigningError
 from xcforge.oci import (
     OCI_EMPTY,
     OCI_EMPTY_BLOB,
@@ -59,8 +59,9 @@ DSSE_MEDIA_TYPE = "application/vnd.dsse.envelope.v1+json"
 PREDICATE_ANNOTATION = "predicateType"
 TAG_SUFFIXES = {cosign_format.SCHEME: ".att", sm2_format.SCHEME: ".sm2att"}
 DETACHED_MEDIA_TYPE = "application/vnd.xcforge.detached-attestations.v1+json"
-SLSA_PROVENANCE_V02 = "https://slsa.dev/provenance/v0.2"
 SBOM_PREDICATE = "https://cyclonedx.org/bom"  # `cosign attest --type cyclonedx`
+# What BuildKit records with --provenance (v0.2 by default, v1 with `version=v1`).
+PROVENANCE_PREDICATES = ("https://slsa.dev/provenance/v0.2", "https://slsa.dev/provenance/v1")
 SBOM_TAG_SUFFIX = ".sbom"
 _MAX_ENVELOPE = 32 * 1024 * 1024
 
@@ -80,15 +81,11 @@ def statement(predicate_type: str, predicate: Mapping[str, Any], subjects: Itera
 
 
 def attestation_tag(digest: str, scheme: str) -> str:
-    if not is_digest(digest):
-        raise SigningError(f"not a manifest digest: {digest!r}")
-    return digest.replace(":", "-", 1) + TAG_SUFFIXES[scheme]
+    return digest_tag(digest, TAG_SUFFIXES[scheme])
 
 
 def sbom_tag(digest: str) -> str:
-    if not is_digest(digest):
-        raise SigningError(f"not a manifest digest: {digest!r}")
-    return digest.replace(":", "-", 1) + SBOM_TAG_SUFFIX
+    return digest_tag(digest, SBOM_TAG_SUFFIX)
 
 
 # ------------------------------------------------------------------------------------------ envelopes
@@ -196,7 +193,7 @@ def attach_attestations(
         tag = attestation_tag(digest, scheme)
         location = f"{client.registry}/{repository}:{tag}"
         manifest = read_manifest(client, repository, tag) or SignatureManifest()
-        existing = [s.envelope for s in read_attestations(client, repository, digest, scheme) or [] if s.envelope]
+        existing = [s.envelope for s in _stored(client, repository, tag, manifest, scheme) if s.envelope]
         changed = False
         for signer in (s for s in signers if s.scheme == scheme):
             for predicate_type, payload in statements:
@@ -228,8 +225,13 @@ def read_attestations(
 ) -> list[StoredAttestation] | None:
     tag = attestation_tag(digest, scheme)
     manifest = read_manifest(client, repository, tag)
-    if manifest is None:
-        return None
+    return None if manifest is None else _stored(client, repository, tag, manifest, scheme)
+
+
+def _stored(
+    client: RegistryClient, repository: str, tag: str, manifest: SignatureManifest, scheme: str
+) -> list[StoredAttestation]:
+    """Each layer of an attestation manifest with its envelope fetched (or why it could not be)."""
     found = []
     for index, layer in enumerate(manifest.layers):
         location = f"{client.registry}/{repository}:{tag}#{index}"

@@ -76,11 +76,17 @@ def format_for(scheme: str) -> ModuleType:
         raise SigningError(f"unknown signature scheme {scheme!r} (known: {', '.join(FORMATS)})") from None
 
 
-def signature_tag(digest: str, scheme: str) -> str:
-    """`sha256:<hex>` → `sha256-<hex>.sig` / `.sm2` (cosign SIGNATURE_SPEC "Tag-based Discovery")."""
+def digest_tag(digest: str, suffix: str) -> str:
+    """`sha256:<hex>` → `sha256-<hex><suffix>`: cosign's tag-based discovery (SIGNATURE_SPEC), used for
+    signatures, attestations and SBOMs alike."""
     if not is_digest(digest):
         raise SigningError(f"not a manifest digest: {digest!r}")
-    return digest.replace(":", "-", 1) + format_for(scheme).TAG_SUFFIX
+    return digest.replace(":", "-", 1) + suffix
+
+
+def signature_tag(digest: str, scheme: str) -> str:
+    """`sha256:<hex>` → `sha256-<hex>.sig` / `.sm2`."""
+    return digest_tag(digest, format_for(scheme).TAG_SUFFIX)
 
 
 def signature_config_blob(layer_digests: Sequence[str]) -> bytes:

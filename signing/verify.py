@@ -20,6 +20,8 @@ as with cosign; a scheme with no valid signature does.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 import tarfile
 from collections.abc import Iterable, Sequence
@@ -28,6 +30,7 @@ from pathlib import Path
 
 from signing import cosign_format, sm2, sm2_format
 from signing.attest import (
+    PROVENANCE_PREDICATES,
     SBOM_PREDICATE,
     AttestationCheck,
     check_attestation,
@@ -356,8 +359,6 @@ def verify_archive(
 
 # ------------------------------------------------------------------------------------------ attestations
 
-PROVENANCE_PREDICATES = ("https://slsa.dev/provenance/v0.2", "https://slsa.dev/provenance/v1")
-
 
 def _attestation_schemes(required: frozenset[str], sm2_keys: Sequence, cosign_keys: Sequence) -> list[str]:
     return [s for s in _schemes_to_read(required, sm2_keys, cosign_keys) if s in FORMATS]
@@ -368,13 +369,12 @@ def registry_platform_digests(client: RegistryClient, repository: str, digest: s
     top = client.get_manifest(repository, digest)
     if not top.is_index:
         return {digest: "single"}
+    from xcforge.image_inspect import is_attestation
+
     out = {}
     for child in top.json().get("manifests") or []:
-        annotations = child.get("annotations") or {}
         platform = child.get("platform") or {}
-        if annotations.get("vnd.docker.reference.type") == "attestation-manifest":
-            continue
-        if platform.get("architecture") == "unknown" or not child.get("digest"):
+        if is_attestation(child) or not child.get("digest"):
             continue
         out[child["digest"]] = f"{platform.get('os', '?')}/{platform.get('architecture', '?')}"
     return out
@@ -448,14 +448,10 @@ def _attestation_checks(
 
 
 def _invalid(check: AttestationCheck, reason: str) -> AttestationCheck:
-    return AttestationCheck(
-        check.scheme, check.predicate_type, check.subject, False, reason, check.location, check.key_id
-    )
+    return dataclasses.replace(check, valid=False, reason=reason, statement=None)
 
 
 def _json(data: bytes):
-    import json
-
     try:
         return json.loads(data)
     except ValueError:

@@ -19,12 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from signing.attest import PROVENANCE_PREDICATES, SBOM_PREDICATE, statement
 from xcforge import image_inspect, sbom
 from xcforge.errors import ConfigError
 
 PROVENANCE_SUFFIX = ".provenance.json"
 RECORD = "attestations.json"  # what was written, so a skipped (unchanged) build can sign it again
-_PROVENANCE_TYPES = ("https://slsa.dev/provenance/v0.2", "https://slsa.dev/provenance/v1")
 
 
 @dataclass(frozen=True)
@@ -63,17 +63,16 @@ def write_attestations(archive: Path, out: Path, repository: str) -> list[Platfo
                 sbom.write(sbom_path, document)
                 provenance_path, provenance_type = None, None
                 for predicate_type, statement in image.statements:
-                    if predicate_type in _PROVENANCE_TYPES:
+                    if predicate_type in PROVENANCE_PREDICATES:
                         provenance_path = out / (image.platform.replace("/", "-") + PROVENANCE_SUFFIX)
                         sbom.write(provenance_path, statement)
                         provenance_type = predicate_type
-                descriptor = _descriptor(reader, tar, image.digest)
                 written.append(
                     PlatformAttestations(
                         image.platform,
                         image.digest,
-                        descriptor["mediaType"],
-                        descriptor["size"],
+                        image.descriptor["mediaType"],
+                        image.descriptor["size"],
                         str(sbom_path),
                         str(provenance_path) if provenance_path else None,
                         provenance_type,
@@ -88,31 +87,22 @@ def write_attestations(archive: Path, out: Path, repository: str) -> list[Platfo
 
 def load_recorded(out: Path, digests: set[str]) -> list[dict[str, Any]]:
     """The entries written for these platform digests by an earlier build, when all are there."""
-    try:
-        entries = json.loads((out / RECORD).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return []
-    if not isinstance(entries, list) or {e.get("digest") for e in entries if isinstance(e, dict)} != digests:
+    entries = _recorded(out)
+    if {e["digest"] for e in entries} != digests:
         return []
     return [e for e in entries if all(Path(p).exists() for p in (e.get("sbom"), e.get("provenance")) if p)]
 
 
-def _descriptor(reader: image_inspect.OciArchive, tar: tarfile.TarFile, digest: str) -> dict[str, Any]:
-    data = reader.open_blob(tar, digest).read()
-    return {
-        "mediaType": json.loads(data).get("mediaType", "application/vnd.oci.image.manifest.v1+json"),
-        "size": len(data),
-    }
+def sbom_statement(document: Any, name: str, digest: str) -> tuple[str, bytes]:
+    """The in-toto statement that carries a platform's SBOM: what SM2 and cosign sign."""
+    return SBOM_PREDICATE, statement(SBOM_PREDICATE, document, [(name, digest)])
 
 
 def statements(entry: PlatformAttestations | dict[str, Any], repository: str) -> list[tuple[str, bytes]]:
     """(predicate type, in-toto statement) pairs to sign for one platform."""
-    from signing.attest import statement
-
     item = entry.as_dict() if isinstance(entry, PlatformAttestations) else entry
     try:
-        document = json.loads(Path(item["sbom"]).read_bytes())
-        out = [(sbom.PREDICATE_TYPE, statement(sbom.PREDICATE_TYPE, document, [(repository, item["digest"])]))]
+        out = [sbom_statement(json.loads(Path(item["sbom"]).read_bytes()), repository, item["digest"])]
         if item.get("provenance"):
             out.append((item["provenance_type"], Path(item["provenance"]).read_bytes()))
     except (OSError, ValueError) as exc:
@@ -130,7 +120,7 @@ def archive_statements(archive: Path, repository: str) -> dict[str, list[tuple[s
 
 def registry_statements(client, repository: str, name: str, digest: str) -> dict[str, list[tuple[str, bytes]]]:
     """platform digest → statements, from the registry: the attached SBOM and BuildKit's provenance."""
-    from signing.attest import read_sbom, statement
+    from signing.attest import read_sbom
 
     top = client.get_manifest(repository, digest)
     children = top.json().get("manifests") or [] if top.is_index else [{"digest": digest}]
@@ -138,12 +128,12 @@ def registry_statements(client, repository: str, name: str, digest: str) -> dict
     platforms = []
     for child in children:
         annotations = child.get("annotations") or {}
-        if annotations.get("vnd.docker.reference.type") != "attestation-manifest":
+        if not image_inspect.is_attestation(child):
             platforms.append(child["digest"])
             continue
         for layer in client.get_manifest(repository, child["digest"]).json().get("layers") or []:
             predicate_type = (layer.get("annotations") or {}).get("in-toto.io/predicate-type", "")
-            if predicate_type in _PROVENANCE_TYPES:
+            if predicate_type in PROVENANCE_PREDICATES:
                 data = client.get_blob(repository, layer["digest"])
                 provenance[annotations.get("vnd.docker.reference.digest", "")] = (predicate_type, data)
     out: dict[str, list[tuple[str, bytes]]] = {}
@@ -151,9 +141,7 @@ def registry_statements(client, repository: str, name: str, digest: str) -> dict
         pairs = []
         document = read_sbom(client, repository, platform_digest)
         if document is not None:
-            pairs.append(
-                (sbom.PREDICATE_TYPE, statement(sbom.PREDICATE_TYPE, json.loads(document), [(name, platform_digest)]))
-            )
+            pairs.append(sbom_statement(json.loads(document), name, platform_digest))
         if platform_digest in provenance:
             pairs.append(provenance[platform_digest])
         out[platform_digest] = pairs

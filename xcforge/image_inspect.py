@@ -56,7 +56,7 @@ def image_configs(ref: str) -> dict[str, dict]:
     descriptors = top.json().get("manifests") if top.is_index else [{"digest": top.digest}]
     out: dict[str, dict] = {}
     for descriptor in descriptors or []:
-        if _is_attestation(descriptor):
+        if is_attestation(descriptor):
             continue
         manifest = client.get_manifest(parsed.repository, descriptor["digest"]).json()
         config = json.loads(client.get_blob(parsed.repository, manifest["config"]["digest"]))
@@ -74,7 +74,7 @@ def raw(ref: str) -> dict:
     return json.loads(_imagetools(["--raw", ref]))
 
 
-def _is_attestation(descriptor: dict) -> bool:
+def is_attestation(descriptor: dict) -> bool:
     annotations = descriptor.get("annotations") or {}
     return annotations.get("vnd.docker.reference.type") == "attestation-manifest" or (
         descriptor.get("platform", {}).get("architecture") == "unknown"
@@ -87,7 +87,7 @@ def platform_manifests(index: dict, fetch: Callable[[str], dict]) -> dict[str, t
         raise ValueError("not an image index")
     out: dict[str, tuple[str, int]] = {}
     for descriptor in index.get("manifests", []):
-        if _is_attestation(descriptor):
+        if is_attestation(descriptor):
             continue
         platform = descriptor.get("platform") or {}
         name = f"{platform.get('os', 'linux')}/{platform.get('architecture', '?')}"
@@ -122,8 +122,7 @@ class OciArchive:
         return json.loads(member.read())
 
     def blob(self, tar: tarfile.TarFile, digest: str) -> dict:
-        algo, hexdigest = digest.split(":", 1)
-        return self._read(tar, f"blobs/{algo}/{hexdigest}")
+        return json.loads(self.open_blob(tar, digest).read())
 
     def top_index(self) -> tuple[str, dict]:
         """(digest, content) of the image index the layout's index.json points to."""
@@ -140,7 +139,7 @@ class OciArchive:
             top = self.blob(tar, layout["manifests"][0]["digest"])
             descriptors = top.get("manifests") or [layout["manifests"][0]]
             for descriptor in descriptors:
-                if _is_attestation(descriptor):
+                if is_attestation(descriptor):
                     continue
                 manifest = self.blob(tar, descriptor["digest"])
                 config = self.blob(tar, manifest["config"]["digest"])
@@ -171,7 +170,7 @@ class OciArchive:
         descriptors = top.get("manifests") or [layout["manifests"][0]]
         statements: dict[str, list[tuple[str, bytes]]] = {}
         for descriptor in descriptors:
-            if not _is_attestation(descriptor):
+            if not is_attestation(descriptor):
                 continue
             subject = (descriptor.get("annotations") or {}).get("vnd.docker.reference.digest", "")
             for layer in self.blob(tar, descriptor["digest"]).get("layers") or []:
@@ -179,14 +178,19 @@ class OciArchive:
                 statements.setdefault(subject, []).append((predicate_type, self.open_blob(tar, layer["digest"]).read()))
         out = []
         for descriptor in descriptors:
-            if _is_attestation(descriptor):
+            if is_attestation(descriptor):
                 continue
             manifest = self.blob(tar, descriptor["digest"])
             config = self.blob(tar, manifest["config"]["digest"])
             platform = f"{config.get('os', 'linux')}/{config.get('architecture', '?')}"
             out.append(
                 PlatformImage(
-                    platform, descriptor["digest"], manifest, config, statements.get(descriptor["digest"], [])
+                    platform,
+                    descriptor["digest"],
+                    descriptor,
+                    manifest,
+                    config,
+                    statements.get(descriptor["digest"], []),
                 )
             )
         return out
@@ -196,6 +200,7 @@ class OciArchive:
 class PlatformImage:
     platform: str
     digest: str
+    descriptor: dict  # as the index lists it: mediaType, size, digest
     manifest: dict
     config: dict
     statements: list[tuple[str, bytes]]  # (predicate type, in-toto statement) from BuildKit

@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from xcforge import ci
+from xcforge.errors import ConfigError
 from xcforge.verification import higher
 
 REPORT_SCHEMA = 1
@@ -184,15 +185,23 @@ def write_reports(results: list[BuildResult], dist: Path) -> tuple[Path, Path]:
 
 
 def load_results(dist: Path) -> list[BuildResult]:
+    """The records of dist/report.json ([] when there is none); a file that is not a report xcforge
+    wrote is one ConfigError, for every command that reads it."""
     path = dist / "report.json"
     if not path.exists():
         return []
-    data = json.loads(path.read_text(encoding="utf-8"))
-    results = []
-    for item in data.get("results", []):
-        item = dict(item)
-        item["platforms"] = [PlatformResult(**p) for p in item.get("platforms", [])]
-        results.append(BuildResult(**item))
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        results = []
+        for item in data.get("results", []):
+            item = dict(item)
+            item["platforms"] = [PlatformResult(**p) for p in item.get("platforms", [])]
+            results.append(BuildResult(**item))
+    except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
+        detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ConfigError(
+            f"{path}: not a build report xcforge can read ({detail}); rebuild, or name the image by its digest"
+        ) from None
     return results
 
 

@@ -35,7 +35,6 @@ from typing import IO, Any
 from xcforge.errors import ConfigError
 
 MEDIA_TYPE = "application/vnd.cyclonedx+json"
-PREDICATE_TYPE = "https://cyclonedx.org/bom"  # what `cosign attest --type cyclonedx` uses
 SUFFIX = ".cdx.json"
 
 _DPKG_STATUS = "var/lib/dpkg/status"

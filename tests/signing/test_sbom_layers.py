@@ -12,6 +12,7 @@ import pytest
 
 from signing.attest import (
     IN_TOTO_PAYLOAD_TYPE,
+    SBOM_PREDICATE,
     StoredAttestation,
     check_attestation,
     envelope,
@@ -133,12 +134,12 @@ def test_pae_matches_the_dsse_spec_vector():
 
 def test_envelopes_verify_only_with_their_key_and_subject(sm2_key, other_sm2_key, cosign_key):
     digest = "sha256:" + "b" * 64
-    payload = statement(sbom.PREDICATE_TYPE, {"bomFormat": "CycloneDX"}, [("r/x", digest)])
+    payload = statement(SBOM_PREDICATE, {"bomFormat": "CycloneDX"}, [("r/x", digest)])
     for signer, keys in ((Sm2Signer(sm2_key), "sm2"), (CosignSigner(cosign_key), "cosign")):
         data = envelope(payload, signer)
         opened = open_envelope(data)
         assert opened.payload == payload and json.loads(data)["payloadType"] == IN_TOTO_PAYLOAD_TYPE
-        stored = StoredAttestation(signer.scheme, sbom.PREDICATE_TYPE, data, "here")
+        stored = StoredAttestation(signer.scheme, SBOM_PREDICATE, data, "here")
         sm2_keys = [sm2_key.public_key] if keys == "sm2" else []
         cosign_keys = [cosign_key.public_key] if keys == "cosign" else []
         assert check_attestation(stored, digest, sm2_keys, cosign_keys).valid
@@ -147,5 +148,5 @@ def test_envelopes_verify_only_with_their_key_and_subject(sm2_key, other_sm2_key
             assert not check_attestation(stored, digest, [other_sm2_key.public_key], []).valid
         tampered = json.loads(data)
         tampered["payload"] = tampered["payload"][:-4] + "AAA="
-        bad = StoredAttestation(signer.scheme, sbom.PREDICATE_TYPE, json.dumps(tampered).encode(), "here")
+        bad = StoredAttestation(signer.scheme, SBOM_PREDICATE, json.dumps(tampered).encode(), "here")
         assert not check_attestation(bad, digest, sm2_keys, cosign_keys).valid

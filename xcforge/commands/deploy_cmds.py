@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from xcforge.commands._drift import report_drift
+from xcforge.commands._paths import blocking_file
 from xcforge.errors import ConfigError
 from xcforge.matrix import load_matrix
 from xcforge.render import REPO_ROOT
@@ -149,9 +150,9 @@ def _check_names_and_out(args: argparse.Namespace) -> None:
             f"--model-pvc '{args.model_pvc}': a claim name is lower-case letters, digits, '-' and '.' (at most 253)"
         )
     if args.out is not None:
-        existing = next(p for p in (args.out, *args.out.parents) if p.exists())
-        if not existing.is_dir():
-            raise ConfigError(f"--out {args.out}: {existing} is a file; give the directory the manifest goes into")
+        blocker = blocking_file(args.out)
+        if blocker is not None:
+            raise ConfigError(f"--out {args.out}: {blocker} is a file; give the directory the manifest goes into")
 
 
 def _argv_for_header(args: argparse.Namespace) -> list[str]:

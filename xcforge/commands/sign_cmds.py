@@ -14,6 +14,7 @@ import os
 import sys
 from pathlib import Path
 
+from xcforge.commands._paths import blocking_file
 from xcforge.errors import ConfigError, SigningError, VerificationFailed
 
 SM2_KEY_ENV, COSIGN_KEY_ENV = "XCFORGE_SM2_KEY", "XCFORGE_COSIGN_KEY"
@@ -132,12 +133,10 @@ def _add_audit(parser: argparse.ArgumentParser) -> None:
 
 def _check_directory(path: Path, what: str) -> None:
     """`path` is, or can be created as, a directory: no ancestor of it is a file."""
-    for candidate in (path, *path.parents):
-        if candidate.exists():
-            if not candidate.is_dir():
-                where = "is a file" if candidate == path else f"is under {candidate}, which is a file"
-                raise ConfigError(f"{what} {path}: {where}; give a directory")
-            return
+    blocker = blocking_file(path)
+    if blocker is not None:
+        where = "is a file" if blocker == path else f"is under {blocker}, which is a file"
+        raise ConfigError(f"{what} {path}: {where}; give a directory")
 
 
 def _audit(args: argparse.Namespace):
@@ -434,13 +433,7 @@ def _target_reference(args: argparse.Namespace) -> tuple[str, Path | None]:
         from xcforge.report import load_results
     except ImportError as exc:
         raise ConfigError("verify --target needs the build report module; pass IMAGE@DIGEST instead") from exc
-    try:
-        matches = [r for r in load_results(args.report) if r.target == args.target]
-    except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
-        raise ConfigError(
-            f"verify --target: {args.report / 'report.json'} is not a build report ({type(exc).__name__}); "
-            "rebuild, or pass IMAGE@DIGEST"
-        ) from None
+    matches = [r for r in load_results(args.report) if r.target == args.target]
     if not matches or not matches[-1].digest:
         raise ConfigError(
             f"no built digest for target {args.target!r} in {args.report / 'report.json'}; build it first"

@@ -7,6 +7,7 @@ import re
 from dataclasses import asdict
 from pathlib import Path
 
+from xcforge.commands._paths import blocking_file
 from xcforge.docker_env import check_docker
 from xcforge.errors import ConfigError, SmokeFailed
 from xcforge.matrix import load_matrix
@@ -43,14 +44,7 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
 def _load_results(dist: Path) -> list:
     if dist.exists() and not dist.is_dir():
         raise ConfigError(f"--dist {dist}: is a file; give the directory holding report.json")
-    try:
-        return load_results(dist)
-    except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
-        detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise ConfigError(
-            f"{dist / 'report.json'}: not a build report xcforge can read ({detail}); "
-            "rebuild, or pass --image REPO@DIGEST"
-        ) from None
+    return load_results(dist)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -60,9 +54,9 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--image {args.image}: the digest must be sha256:<64 lower-case hex digits>")
     # A directory that does not exist yet is where the generated tiny model goes (and is kept).
     if args.model is not None:
-        existing = next(p for p in (args.model, *args.model.parents) if p.exists())
-        if not existing.is_dir():
-            raise ConfigError(f"--model {args.model}: {existing} is a file; give a model directory (config.json, ...)")
+        blocker = blocking_file(args.model)
+        if blocker is not None:
+            raise ConfigError(f"--model {args.model}: {blocker} is a file; give a model directory (config.json, ...)")
     results = _load_results(args.dist)
     record = next((r for r in results if r.target == target.name), None)
     archive = None
