@@ -15,7 +15,8 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from xcforge import deps
+from xcforge import containers, deps
+from xcforge.containers import RunSpec
 from xcforge.errors import EnvironmentProblem
 from xcforge.matrix import Matrix, Target
 from xcforge.render import REPO_ROOT
@@ -81,15 +82,16 @@ def tiny_gguf(matrix: Matrix, target: Target, image: str, platform: str, model_d
         f32 = work / "f32"
         f32.mkdir()
         f32.chmod(0o777)  # the image's user (uid 2000) reads it
-        run([DOCKER, "run", "--rm", "-v", f"{sources}:/llama.cpp:ro", "-v", f"{model_dir}:/model:ro",
-             "-v", f"{f32}:/out", "-e", "LLAMA_CPP_DIR=/llama.cpp", converter_image(site),
-             "/model", "--outfile", "/out/tiny-f32.gguf", "--outtype", "f32"], capture=True)  # fmt: skip
+        convert = RunSpec(converter_image(site), ("/model", "--outfile", "/out/tiny-f32.gguf", "--outtype", "f32"))
+        containers.run_to_exit(convert.with_flags(["-v", f"{sources}:/llama.cpp:ro", "-v", f"{model_dir}:/model:ro",
+                                                   "-v", f"{f32}:/out", "-e", "LLAMA_CPP_DIR=/llama.cpp"]),
+                               check=True)  # fmt: skip
         out.mkdir(parents=True, exist_ok=True)
         out.chmod(0o777)
         name = f"tiny-{QUANT.lower()}.gguf"
-        run([DOCKER, "run", "--rm", "--platform", platform, "--entrypoint", "llama-quantize",
-             "-v", f"{f32}:/in:ro", "-v", f"{out}:/out", image, "/in/tiny-f32.gguf", f"/out/{name}", QUANT],
-            capture=True)  # fmt: skip
+        quantize = RunSpec(image, ("/in/tiny-f32.gguf", f"/out/{name}", QUANT), platform=platform,
+                           entrypoint="llama-quantize")  # fmt: skip
+        containers.run_to_exit(quantize.with_flags(["-v", f"{f32}:/in:ro", "-v", f"{out}:/out"]), check=True)
         (out / name).chmod(0o644)
         out.chmod(0o755)
         return out

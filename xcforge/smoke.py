@@ -26,10 +26,11 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from xcforge import image_inspect
+from xcforge import containers, image_inspect
+from xcforge.containers import RunSpec
 from xcforge.matrix import Target
 from xcforge.render import REPO_ROOT
-from xcforge.shell import DOCKER, run
+from xcforge.shell import run
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"
 TINY_MODEL_SCRIPT = REPO_ROOT / "tools" / "make_tiny_model.py"
@@ -130,18 +131,17 @@ def check_metadata(subject: SmokeSubject, config: dict, platform: str) -> list[S
 
 def _docker_run(
     subject: SmokeSubject, platform: str, args: list[str], *, timeout: int = 600, entrypoint=None, extra=()
-):
-    name = f"xcforge-smoke-{uuid.uuid4().hex[:10]}"
-    cmd = [DOCKER, "run", "--rm", "--name", name, "--platform", platform, "--shm-size", "1g"]
-    cmd += [*subject.device_flags, *extra]
-    if entrypoint:
-        cmd += ["--entrypoint", entrypoint]
-    cmd += [subject.ref, *args]
-    try:
-        return run(cmd, capture=True, check=False, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        subprocess.run([DOCKER, "rm", "-f", name], capture_output=True)
-        raise
+) -> subprocess.CompletedProcess:
+    """`docker run --rm` of the image (through the SDK): exit code, stdout and stderr as bytes."""
+    spec = RunSpec(
+        image=subject.ref,
+        command=tuple(args),
+        name=f"xcforge-smoke-{uuid.uuid4().hex[:10]}",
+        platform=platform,
+        shm_size="1g",
+        entrypoint=entrypoint,
+    ).with_flags([*subject.device_flags, *extra])
+    return containers.run_to_exit(spec, timeout=timeout)
 
 
 def check_files(subject: SmokeSubject, platform: str) -> list[SmokeCheck]:
@@ -307,43 +307,41 @@ def emulated_cpuinfo(subject: SmokeSubject, platform: str, cpu: str, directory: 
 def served(subject: SmokeSubject, model_dir: Path, *, extra_env: dict[str, str] | None = None,
            memory: str | None = None, cpus: str | None = None, platform: str | None = None,
            emulation: Emulation | None = None) -> Iterator[ServedContainer]:  # fmt: skip
-    """`docker run -d` the image serving model_dir; always removed afterwards."""
-    name = f"xcforge-serve-{uuid.uuid4().hex[:10]}"
+    """`docker run -d` the image serving model_dir (through the SDK); always removed afterwards."""
     port = _free_port()
     target = subject.target
-    cmd = [DOCKER, "run", "-d", "--name", name, "--platform", platform or subject.native_platform]
-    cmd += ["-p", f"127.0.0.1:{port}:{target.runtime.port}", "--shm-size", target.runtime.shm_size]
-    cmd += ["-v", f"{model_dir}:/models/tiny:ro", *subject.device_flags]
-    cmd += emulation.docker_flags() if emulation else []
+    spec = RunSpec(
+        image=subject.ref,
+        command=("--model", "/models/tiny", "--served-model-name", "tiny", "--max-model-len", "512"),
+        name=f"xcforge-serve-{uuid.uuid4().hex[:10]}",
+        platform=platform or subject.native_platform,
+        ports=(("127.0.0.1", port, target.runtime.port),),
+        shm_size=target.runtime.shm_size,
+        memory=memory,
+        cpus=cpus,
+    )
+    flags = ["-v", f"{model_dir}:/models/tiny:ro", *subject.device_flags]
+    flags += emulation.docker_flags() if emulation else []
     for key, value in (extra_env or {}).items():
-        cmd += ["-e", f"{key}={value}"]
-    if memory:
-        cmd += ["--memory", memory]
-    if cpus:
-        cmd += ["--cpus", cpus]
-    cmd += [subject.ref, "--model", "/models/tiny", "--served-model-name", "tiny", "--max-model-len", "512"]
-    try:
-        run(cmd, capture=True)
+        flags += ["-e", f"{key}={value}"]
+    with containers.detached(spec.with_flags(flags)) as name:
         yield ServedContainer(name=name, port=port, model="tiny")
-    finally:
-        subprocess.run([DOCKER, "rm", "-f", name], capture_output=True)
 
 
 def container_state(name: str) -> dict:
-    # Polled every few seconds while waiting, so not echoed: `docker inspect --format '{{json .State}}' NAME`.
-    proc = subprocess.run([DOCKER, "inspect", "--format", "{{json .State}}", name], capture_output=True, text=True)
-    return json.loads(proc.stdout) if proc.returncode == 0 and proc.stdout.strip() else {}
+    return containers.state(name)
 
 
 def wait_healthy(container: ServedContainer, timeout: float = 420) -> tuple[bool, str]:
+    """Until /health answers 200; a container that exits on the way says so, with its log's end."""
     import requests
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         state = container_state(container.name)
         if state and not state.get("Running"):
-            logs = subprocess.run([DOCKER, "logs", "--tail", "30", container.name], capture_output=True, text=True)
-            return False, f"container exited ({state.get('ExitCode')}): {(logs.stdout + logs.stderr)[-800:]}"
+            logs = containers.logs(container.name, tail=30)
+            return False, f"container exited ({state.get('ExitCode')}): {logs[-800:]}"
         with contextlib.suppress(requests.RequestException):
             if requests.get(f"http://127.0.0.1:{container.port}/health", timeout=5).status_code == 200:
                 return True, ""
@@ -390,16 +388,17 @@ def _talk(client, base: str, subject: SmokeSubject, record, step: list[str]) -> 
 
 def what_happened(name: str, exc: Exception) -> str:
     """One line: the request's error, the container's state, the worker's fatal signal, the log's end."""
-    state = container_state(name)
+    return describe_failure(exc, container_state(name), containers.logs(name, tail=200))
+
+
+def describe_failure(exc: Exception, state: dict, logs: str) -> str:
     if not state:
         where = "container gone"
     elif state.get("Running"):
         where = "container still running"
     else:
         where = f"container exited {state.get('ExitCode')}" + (" (OOM-killed)" if state.get("OOMKilled") else "")
-    logs = subprocess.run([DOCKER, "logs", "--tail", "200", name], capture_output=True, text=True)
-    text = logs.stdout + logs.stderr
-    died = re.findall(r"(?:exit code|exitcode|died with|killed by)[\s:=]+(-?\d+|SIG[A-Z]+)", text, re.I)
+    died = re.findall(r"(?:exit code|exitcode|died with|killed by)[\s:=]+(-?\d+|SIG[A-Z]+)", logs, re.I)
     signal_note = ""
     if died:
         code = died[-1]
@@ -407,7 +406,7 @@ def what_happened(name: str, exc: Exception) -> str:
             with contextlib.suppress(ValueError):
                 code = f"{code} ({signal.Signals(-int(code)).name})"
         signal_note = f"; worker died: {code}"
-    tail = " | ".join(line.strip() for line in text.strip().splitlines()[-3:])[-400:]
+    tail = " | ".join(line.strip() for line in logs.strip().splitlines()[-3:])[-400:]
     return f"{type(exc).__name__}: {str(exc)[:160]}; {where}{signal_note}; log: {tail}"
 
 
@@ -462,13 +461,14 @@ def check_serve(
         deadline = time.monotonic() + 90
         status = ""
         while time.monotonic() < deadline:
+            # The image's own HEALTHCHECK (xcforge-engine healthcheck), as the engine records it.
             status = (container_state(c.name).get("Health") or {}).get("Status", "")
             if status == "healthy":
                 break
             time.sleep(2)
         record("docker health", status == "healthy", status)
         stop_started = time.monotonic()
-        run([DOCKER, "stop", "--time", "30", c.name], capture=True, check=False)
+        containers.stop(c.name, grace=30)
         state = container_state(c.name)
         took = time.monotonic() - stop_started
         exit_code = state.get("ExitCode")
