@@ -8,6 +8,7 @@
 # Usage: scripts/provision.sh [--no-python] [--no-bases] [--status | --plan]
 # Env:   XCFORGE_REGISTRY_PORT (default 5000); XCFORGE_DEBIAN_MIRROR (Ubuntu: Debian archive URL
 #        for the stand-in bases); XCFORGE_OS_RELEASE (default /etc/os-release);
+#        XCFORGE_HEARTBEAT_S (seconds between the progress lines of a running step, default 15);
 #        --plan only: XCFORGE_PLAN_ARCH (amd64|arm64), XCFORGE_PLAN_SYSTEMD (1|0)
 set -euo pipefail
 
@@ -64,12 +65,46 @@ done
 say() { printf '%-16s %s\n' "$1:" "$2"; }
 die() { printf 'provision: error: %s\n' "$*" >&2; exit 1; }
 
-# Run a command with its output going to the provision log; on failure show the log's tail.
+# Seconds between the progress lines of a step that is still running (apt-get, pip, dockerd).
+HEARTBEAT_S=${XCFORGE_HEARTBEAT_S:-15}
+HEARTBEAT_PID=''
+
+# While the caller works, print "<what>: still running after N s (log: <its last line>)" every
+# HEARTBEAT_S seconds: plain lines, so a CI log stays readable. heartbeat_stop ends it.
+heartbeat_start() { # what
+    local what=$1 started=$SECONDS parent=$BASHPID
+    (
+        sleeper=''
+        trap '[[ -n $sleeper ]] && kill "$sleeper" 2>/dev/null; exit 0' TERM
+        while :; do
+            sleep "$HEARTBEAT_S" >/dev/null 2>&1 &
+            sleeper=$!
+            wait "$sleeper" || true
+            kill -0 "$parent" 2>/dev/null || exit 0 # the script died (Ctrl-C): no orphan lines
+            last=$(tail -n 1 "$PROVISION_LOG" 2>/dev/null | tr -d '\r' | cut -c1-100) || last=''
+            say "$what" "still running after $((SECONDS - started)) s${last:+ (log: $last)}"
+        done
+    ) &
+    HEARTBEAT_PID=$!
+}
+
+heartbeat_stop() {
+    [[ -n $HEARTBEAT_PID ]] || return 0
+    kill "$HEARTBEAT_PID" 2>/dev/null || true
+    wait "$HEARTBEAT_PID" 2>/dev/null || true
+    HEARTBEAT_PID=''
+}
+
+# Run a command with its output going to the provision log, with a progress line every
+# HEARTBEAT_S seconds while it runs; on failure show the log's tail.
 logged() {
-    local what=$1
+    local what=$1 rc=0
     shift
     printf '+ %s\n' "$*" >>"$PROVISION_LOG"
-    if ! "$@" >>"$PROVISION_LOG" 2>&1; then
+    heartbeat_start "$what"
+    "$@" >>"$PROVISION_LOG" 2>&1 || rc=$?
+    heartbeat_stop
+    if ((rc)); then
         printf 'provision: error: %s failed; last lines of %s:\n' "$what" "$PROVISION_LOG" >&2
         tail -n 30 "$PROVISION_LOG" | sed 's/^/  | /' >&2
         exit 1
@@ -300,7 +335,9 @@ start_engine() {
         wait_for 30 containerd_up || die "containerd did not start; see $XCFORGE_LOG_DIR/containerd.log"
     fi
     start_service dockerd dockerd --containerd=/run/containerd/containerd.sock
-    wait_for 60 docker_up || die "dockerd did not answer within 60 s; see $XCFORGE_LOG_DIR/dockerd.log"
+    heartbeat_start "docker engine"
+    wait_for 60 docker_up || { heartbeat_stop; die "dockerd did not answer within 60 s; see $XCFORGE_LOG_DIR/dockerd.log"; }
+    heartbeat_stop
     [[ $(docker_store) == containerd ]] || die "dockerd started without the containerd image store; check $DAEMON_JSON"
     say "docker engine" "started ($(docker_version), containerd image store) in $((SECONDS - started)) s"
 }
@@ -401,7 +438,12 @@ build_bases() {
         return
     fi
     printf '+ python -m xcforge.standin --registry %s --matrix matrix.yaml\n' "$XCFORGE_REGISTRY" >>"$PROVISION_LOG"
-    summary=$(cd "$REPO_ROOT" && "$py" -m xcforge.standin --registry "$XCFORGE_REGISTRY" --matrix matrix.yaml 2>>"$PROVISION_LOG") || rc=$?
+    # Its progress lines (which image, rootfs or build, elapsed seconds) come here on fd 3; the
+    # commands' own output goes to the log; the summary is its last stdout line.
+    {
+        summary=$(cd "$REPO_ROOT" && XCFORGE_PROGRESS_FD=3 "$py" -m xcforge.standin --registry "$XCFORGE_REGISTRY" \
+            --matrix matrix.yaml 2>>"$PROVISION_LOG") || rc=$?
+    } 3>&1
     if ((rc)); then
         printf 'provision: error: stand-in bases failed (exit %s); last lines of %s:\n' "$rc" "$PROVISION_LOG" >&2
         tail -n 30 "$PROVISION_LOG" | sed 's/^/  | /' >&2

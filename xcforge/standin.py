@@ -35,6 +35,7 @@ from pathlib import Path
 
 from xcforge.errors import ConfigError, EnvironmentProblem, RegistryError, XcforgeError
 from xcforge.oci import DOCKER_HUB, Reference
+from xcforge.progress import Progress
 from xcforge.shell import DOCKER, run
 
 DEFAULT_REGISTRY = "127.0.0.1:5000"
@@ -353,8 +354,11 @@ def cached_rootfs(arch: str, cache_dir: Path, sources: Path) -> Rootfs | None:
     return Rootfs(arch=arch, tarball=tarball, sha256=meta["sha256"])
 
 
-def ensure_rootfs(arch: str, cache_dir: Path, sources: Path, *, refresh: bool = False) -> Rootfs:
+def ensure_rootfs(
+    arch: str, cache_dir: Path, sources: Path, *, refresh: bool = False, progress: Progress | None = None
+) -> Rootfs:
     """Build (or reuse) the Debian rootfs tarball for arch under cache_dir."""
+    progress = progress or Progress("stand-in bases")
     try:
         cache_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -370,7 +374,9 @@ def ensure_rootfs(arch: str, cache_dir: Path, sources: Path, *, refresh: bool = 
         partial = cache_dir / f".rootfs-{arch}.partial.tar"
         partial.unlink(missing_ok=True)
         started = time.monotonic()
-        result = run([*args, "--quiet", SUITE, str(partial), str(sources)], check=False)
+        emulated = " under QEMU" if arch != _host_arch() else ""
+        with progress.heartbeat(f"rootfs {arch}: mmdebstrap {SUITE} minbase{emulated} (minutes on a fresh machine)"):
+            result = run([*args, "--quiet", SUITE, str(partial), str(sources)], check=False)
         if result.returncode != 0:
             partial.unlink(missing_ok=True)
             raise EnvironmentProblem(f"mmdebstrap failed for {arch} (exit {result.returncode}); see its output above")
@@ -384,7 +390,7 @@ def ensure_rootfs(arch: str, cache_dir: Path, sources: Path, *, refresh: bool = 
             "built": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
         (cache_dir / f"rootfs-{arch}.json").write_text(json.dumps(meta, indent=2) + "\n")
-        print(f"rootfs {arch}: built in {seconds:.0f} s ({meta['size'] >> 20} MiB)", file=sys.stderr, flush=True)
+        progress.say(f"rootfs {arch}: built in {seconds:.0f} s ({meta['size'] >> 20} MiB)")
         return Rootfs(arch=arch, tarball=tarball, sha256=meta["sha256"])
 
 
@@ -660,19 +666,21 @@ def _execute(args: argparse.Namespace) -> int:
         return 0 if current == len(statuses) else 1
 
     todo = [s for s in statuses if args.force or args.refresh_rootfs or not s.current]
+    progress = Progress("stand-in bases")
     for status in statuses:
         if status not in todo:
-            print(f"{status.standin}: up to date", file=sys.stderr)
+            progress.say(f"{status.standin}: up to date")
     if todo:
-        rootfs = [ensure_rootfs(a, args.cache_dir, sources, refresh=args.refresh_rootfs) for a in arches]
-        for status in todo:
+        rootfs = [
+            ensure_rootfs(a, args.cache_dir, sources, refresh=args.refresh_rootfs, progress=progress) for a in arches
+        ]
+        for n, status in enumerate(todo, 1):
             started = time.monotonic()
             layout = layout_of(status.original)
-            build_standin(status.original, args.registry, rootfs, recipe_id + layout.key, layout)
-            print(
-                f"{status.standin}: pushed in {time.monotonic() - started:.0f} s ({status.state} before)",
-                file=sys.stderr,
-            )
+            what = f"{n}/{len(todo)} {normalize_ref(status.original)} ({', '.join(PLATFORMS)})"
+            with progress.heartbeat(f"building {what}"):
+                build_standin(status.original, args.registry, rootfs, recipe_id + layout.key, layout)
+            progress.say(f"pushed {what} in {time.monotonic() - started:.0f} s ({status.state} before)")
     print(f"{len(statuses)} stand-ins ({len(statuses) - len(todo)} up to date, {len(todo)} built) at {args.registry}")
     return 0
 
