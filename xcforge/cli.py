@@ -45,7 +45,7 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="build.py",
-        description="Build, sign and smoke-test vLLM images for cuda, ascend, mlu and cpu targets from matrix.yaml.",
+        description="Build, sign and smoke-test vLLM images for the targets of matrix.yaml (cuda, ascend, cpu, ...).",
     )
     parser.add_argument("--version", action="version", version=f"xcforge {__version__}")
     common = _Parser(add_help=False)

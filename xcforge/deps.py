@@ -112,12 +112,15 @@ class LockSet:
             "platform": self.platform,
             "python": self.python,
             "glibc": t.base.glibc,
-            "provides": t.base.provides,
+            "provides": t.provided,
             "engine": [t.engine.package, self.engine_version, t.engine.install, t.engine.source_requirements],
             "build_requirements": t.engine.build_requirements,
             "engine_indexes": self.engine_indexes,
             "remove": self.dropped,
-            "plugin": t.plugin.model_dump(mode="json") if t.plugin else None,
+            # (an empty plugin.stack is left out: locks made before the field existed stay current)
+            "plugin": t.plugin.model_dump(mode="json", exclude=None if t.plugin.stack else {"stack"})
+            if t.plugin
+            else None,
         }
         blob = json.dumps(declared, sort_keys=True).encode()
         return "sha256:" + hashlib.sha256(blob).hexdigest()
@@ -327,6 +330,10 @@ def _resolve(lset: LockSet, requirements: list[str], indexes: list[str], site: S
     (work / "requirements.in").write_text("\n".join(requirements) + "\n")
     # A removed package (triton on CPU) is dropped from the graph, not installed and then deleted.
     overrides = [f"{name} ; sys_platform == 'never'" for name in lset.dropped]
+    # The plugin's vendor stack (the vendor's torch, ...) is on the vendor's index only: it is installed
+    # from the wheelhouse before the engine, so it is dropped from the graph like a removed package.
+    if t.plugin:
+        overrides += [f"{name} ; sys_platform == 'never'" for name in t.plugin.stack]
     (work / "overrides.txt").write_text("\n".join(overrides) + "\n")
     # What the vendor base ships counts as installed: pinned, with no dependencies of its own, and
     # never written to the lock.
@@ -351,7 +358,7 @@ def _resolve(lset: LockSet, requirements: list[str], indexes: list[str], site: S
         argv += ["--extra-index-url", url]
     if site.wheelhouse:
         argv += ["--find-links", str(site.wheelhouse)]
-    for name in t.base.provides:
+    for name in t.provided:
         argv += ["--no-emit-package", name]
     env = {**os.environ, "XDG_CONFIG_HOME": str(work), "UV_NO_PROGRESS": "1"}
     cafile = _ca_file(site)
@@ -472,6 +479,11 @@ def _finish(result: SetResult, status: str, text: str, needs: list[str]) -> SetR
         f"# xcforge-status: {status}",
     ]
     header += [f"# xcforge-provided-by-base: {n}=={v}" for n, v in s.target.base.provides.items()]
+    if s.target.plugin:
+        header += [
+            f"# xcforge-provided-by-plugin-stack: {n}=={v} (wheelhouse; not resolved here)"
+            for n, v in s.target.plugin.stack.items()
+        ]
     if result.plugin and result.plugin != "locked":
         header.append(f"# xcforge-not-locked: {s.target.plugin.name} {s.target.plugin.version} ({result.plugin})")
     indexes = sorted({m.group(1) for m in re.finditer(r"#\s+from (\S+)", text)})

@@ -29,7 +29,29 @@ from xcforge.errors import ConfigError
 from xcforge.yaml_source import Lines, line_of, load_yaml
 
 Platform = Literal["linux/amd64", "linux/arm64"]
-Backend = Literal["cuda", "ascend", "mlu", "cpu", "llamacpp"]
+# The engine's backends are the modules of images/engine/src/xcforge_engine/backends/ (each one
+# names itself there): a target's `backend` must be one of them, and nothing here lists them.
+ENGINE_BACKENDS_DIR = Path(__file__).resolve().parent.parent / "images/engine/src/xcforge_engine/backends"
+
+
+def engine_backends(directory: Path = ENGINE_BACKENDS_DIR) -> tuple[str, ...]:
+    """The backend names the engine package has: its backends/<name>.py modules, but base.py."""
+    return tuple(sorted(p.stem for p in directory.glob("*.py") if p.stem != "base" and not p.stem.startswith("_")))
+
+
+def _backend(v: str) -> str:
+    known = engine_backends()
+    if v not in known:
+        close = difflib.get_close_matches(v, known, n=1, cutoff=0.6)
+        hint = f" Perhaps you meant {close[0]!r}?" if close else ""
+        raise ValueError(
+            f"{v!r} is not an engine backend (a module in images/engine/src/xcforge_engine/backends/).{hint} "
+            f"Known: {', '.join(known)}"
+        )
+    return v
+
+
+Backend = Annotated[str, AfterValidator(_backend)]
 
 _REF_RE = re.compile(
     r"^(?P<host>[a-z0-9.-]+(?::[0-9]+)?)/(?P<path>[a-z0-9._/-]+):(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})$"
@@ -276,7 +298,7 @@ class EngineInstall(_Frozen):
 
 
 class Plugin(_Frozen):
-    name: Literal["vllm-ascend", "vllm-mlu"]
+    name: PackageName
     version: Pep440
     source: Literal["pypi", "wheelhouse"]
     requires: tuple[Requirement508, ...] = ()
@@ -289,6 +311,17 @@ class Plugin(_Frozen):
     entry_point: PackageName
     # Why its install needs the vendor base (it is skipped, with this reason, on a stand-in).
     needs_vendor: OneLine
+    # The vendor's Python stack (name → version) where no vendor base ships it: installed from the
+    # wheelhouse (no index) before the engine, because vLLM's setup.py imports torch and the
+    # engine must build against the vendor's torch. The lock treats it as installed (like
+    # base.provides); where the plugin step is skipped, the engine step is skipped with it.
+    stack: dict[PackageName, Pep440] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _stack_from_wheelhouse(self) -> Plugin:
+        if self.stack and self.source != "wheelhouse":
+            raise ValueError("plugin.stack comes from the vendor's wheelhouse: set plugin.source: wheelhouse")
+        return self
 
 
 class GroupSpec(_Frozen):
@@ -355,6 +388,13 @@ class Runtime(_Frozen):
             if not dev.startswith("/dev/"):
                 raise ValueError(f"{_shown(dev)} is not a device path under /dev/")
         return v
+
+
+class CiSpec(_Frozen):
+    """Where CI finds this target's hardware: the label of a self-hosted runner on such a machine
+    (device smoke tests, and builds of private bases, run there); .github/ is generated from it."""
+
+    runner: Annotated[str, _grammar(r"[a-z0-9][a-z0-9-]{0,38}", "a runner label (lower case, digits, '-')")]
 
 
 class Healthcheck(_Frozen):
@@ -468,6 +508,7 @@ class Target(_Frozen):
     # file name under /usr/lib/<multiarch>/; linked to a fixed path so one ENV fits every arch.
     preload: tuple[FileName, ...] = ()
     runtime: Runtime
+    ci: CiSpec
     healthcheck: Healthcheck
     smoke: Smoke
 
@@ -512,6 +553,16 @@ class Target(_Frozen):
     @property
     def archs(self) -> tuple[str, ...]:
         return tuple(p.split("/", 1)[1] for p in self.platforms)
+
+    @property
+    def provided(self) -> dict[str, str]:
+        """Python packages present before the engine installs: the base's, then the plugin's stack."""
+        return {**self.base.provides, **(self.plugin.stack if self.plugin else {})}
+
+    @property
+    def engine_needs_plugin_stack(self) -> bool:
+        """The engine builds against the plugin's vendor stack: without it, the engine step cannot run."""
+        return bool(self.plugin and self.plugin.stack)
 
 
 class Matrix(_Frozen):

@@ -166,8 +166,12 @@ def tags_for(matrix: Matrix, target: Target, revision: str) -> tuple[str, ...]:
 
 
 def engine_install_mode(target: Target, site: SiteConfig, platforms: tuple[str, ...]) -> str:
-    """`skip` where the site cannot install the vendor engine (stand-in bases without the SDK)."""
-    return step_mode(site.skipped(target.name, "engine"), platforms)
+    """`skip` where the site cannot install the vendor engine (stand-in bases without the SDK), and
+    where the engine builds against a plugin stack whose step the site skips."""
+    skipped = set(site.skipped(target.name, "engine"))
+    if target.engine_needs_plugin_stack:
+        skipped |= set(site.skipped(target.name, "plugin"))
+    return step_mode(skipped, platforms)
 
 
 def step_mode(skipped: set[str] | tuple[str, ...], platforms: tuple[str, ...]) -> str:

@@ -52,9 +52,16 @@ class ProxySettings(_Frozen):
     no_proxy: NoProxy | None = None
 
 
+# `skip_steps: ["*:plugin"]`: that step of every target; `mirrors: {"*": PREFIX}`: every other base.
+ANY_TARGET = "*"
+ANY_BASE = "*"
+
+
 class SiteConfig(_Frozen):
     path: Path | None = None
     # Base-image prefix → replacement prefix, e.g. quay.io/ascend → harbor.corp.example/ascend.
+    # The source "*" catches every base no other prefix matches: it is pulled as <replacement>/<ref>
+    # (stand-in registries mirror whatever the matrix names, so a new vendor base needs no line).
     mirrors: dict[str, str] = Field(default_factory=dict)
     pip: PipSettings = PipSettings()
     apt_mirror: Url | None = None
@@ -68,6 +75,7 @@ class SiteConfig(_Frozen):
     skip_engine_install: tuple[str, ...] = ()
     # Other steps a stand-in cannot run, as target:step[:platform] with step plugin or
     # vendor-packages (the reason comes from the matrix: plugin.needs_vendor, the vendor's apt repo).
+    # The target "*" means every target that has such a step.
     skip_steps: tuple[str, ...] = ()
     # target:platform entries built with the matrix's engine.fallback (the newest pairing PyPI alone
     # serves) because this site cannot reach the engine's extra index; reports call it a stand-in.
@@ -106,7 +114,7 @@ class SiteConfig(_Frozen):
         found = []
         for entry in (*entries, *self.skip_steps) if step == "engine" else self.skip_steps:
             name, entry_step, *platform = entry.split(":", 2)
-            if name == target and entry_step == step:
+            if name in (target, ANY_TARGET) and entry_step == step:
                 found.append(platform[0] if platform and platform[0] else "*")
         return tuple(found)
 
@@ -114,6 +122,8 @@ class SiteConfig(_Frozen):
     @classmethod
     def _mirrors(cls, v: dict[str, str]) -> dict[str, str]:
         for src, dst in v.items():
+            if src == ANY_BASE:
+                src = dst  # only the replacement needs checking
             if "://" in src or "://" in dst:
                 raise ValueError(f"mirror '{src}: {dst}': write registry prefixes without a scheme")
             for which, prefix in (("source", src), ("replacement", dst)):
@@ -133,6 +143,8 @@ class SiteConfig(_Frozen):
             for index, entry in enumerate(getattr(self, key)):
                 parts = entry.split(":", platform_at)
                 name, platform = parts[0], (parts[platform_at] if len(parts) > platform_at else "")
+                if name == ANY_TARGET and key == "skip_steps" and not platform:
+                    continue
                 if name not in matrix.targets:
                     raise ConfigError(
                         f"{where}{key}[{index}]: {_shown(entry)}: {matrix.path} has no target named "
@@ -149,12 +161,14 @@ class SiteConfig(_Frozen):
         """Apply the longest matching mirror prefix (matching whole path segments)."""
         best = ""
         for prefix in self.mirrors:
+            if prefix == ANY_BASE:
+                continue
             if (ref == prefix or ref.startswith(prefix.rstrip("/") + "/") or ref.startswith(prefix + ":")) and len(
                 prefix
             ) > len(best):
                 best = prefix
         if not best:
-            return ref
+            return f"{self.mirrors[ANY_BASE].rstrip('/')}/{ref}" if ANY_BASE in self.mirrors else ref
         return self.mirrors[best].rstrip("/") + ref[len(best.rstrip("/")) :]
 
 

@@ -89,7 +89,11 @@ def planned(
         if level == "rendered":
             skipped.append(f"lock: {status} ({engine_note})")
         if _skipped_on(engine_install, arch):
-            why = engine_note or "the site skips it (skip_engine_install)"
+            why = engine_note or (
+                f"it builds against the plugin's vendor stack, skipped: {target.plugin.needs_vendor}"
+                if target.engine_needs_plugin_stack and _skipped_on(plugin_install, arch)
+                else "the site skips it (skip_engine_install)"
+            )
             skipped.append(f"engine: skipped ({why})")
         else:
             level = "engine-installed"

@@ -5,11 +5,11 @@ edits the YAML by hand (the files say so in their first line, and `workflows --c
 they disagree with the matrix). The workflows are built as data and dumped with PyYAML, so the
 tests read them back as data too.
 
-Two facts the matrix does not hold live here, keyed by data the matrix does hold:
-- HOSTED_RUNNERS: the GitHub-hosted runner that builds a platform natively (no QEMU);
-- SELF_HOSTED_LABELS: the self-hosted runner label of a backend's hardware, for device smoke
-  tests (and for building targets whose base image is private: only a machine of the site can pull
-  it and holds the vendor's wheelhouse).
+One fact the matrix does not hold lives here, keyed by data the matrix does hold:
+- HOSTED_RUNNERS: the GitHub-hosted runner that builds a platform natively (no QEMU).
+The self-hosted runner label of a target's hardware (device smoke tests, and builds of targets whose
+base image is private: only a machine of the site can pull it and holds the vendor's wheelhouse) is
+the target's own `ci.runner` in matrix.yaml.
 """
 
 from __future__ import annotations
@@ -38,15 +38,6 @@ HOSTED_RUNNERS: dict[str, str] = {
 # The runner every job without a platform of its own uses.
 DEFAULT_RUNNER = "ubuntu-24.04"
 
-SELF_HOSTED_LABELS: dict[str, str] = {
-    "cuda": "gpu",
-    "ascend": "ascend",
-    "mlu": "mlu",
-    # The CPU target's own hardware is Feiteng (Phytium) aarch64; x86_64 is covered by hosted runners.
-    "cpu": "arm64",
-    # The llama.cpp image's point is the ARMv8.0 Phytium generation: a runner on such a machine.
-    "llamacpp": "phytium",
-}
 
 PYTHON_VERSION = "3.11"
 # actionlint in CI (it downloads the matching actionlint release when installed, which GitHub's
@@ -126,7 +117,7 @@ class FileStatus:
 
 
 def hardware_label(target: Target) -> str:
-    return SELF_HOSTED_LABELS[target.backend]
+    return target.ci.runner
 
 
 def builds_on_self_hosted(target: Target) -> bool:
@@ -842,9 +833,37 @@ def load_workflow(text: str) -> Any:
 # --------------------------------------------------------------------------- files
 
 
+RUNNERS_DOC_BEGIN = "<!-- BEGIN GENERATED: python build.py workflows (edit matrix.yaml, not this table) -->"
+RUNNERS_DOC_END = "<!-- END GENERATED -->"
+
+
+def runners_table(matrix: Matrix) -> str:
+    """docs/ci.md's table of self-hosted hardware runners, one row per target (its `ci.runner`)."""
+    rows = ["| target | runner labels | hardware |", "|---|---|---|"]
+    for name, target in matrix.targets.items():
+        also = f"; also builds `{name}` (private base)" if builds_on_self_hosted(target) else ""
+        rows.append(f"| `{name}` | `[self-hosted, {hardware_label(target)}]` | {target.hardware}{also} |")
+    return "\n".join(rows)
+
+
+def _with_block(text: str, body: str) -> str:
+    head, sep, rest = text.partition(RUNNERS_DOC_BEGIN)
+    _, sep2, tail = rest.partition(RUNNERS_DOC_END)
+    if not sep or not sep2:
+        raise ValueError(f"docs/ci.md has no {RUNNERS_DOC_BEGIN} ... {RUNNERS_DOC_END} section")
+    return f"{head}{RUNNERS_DOC_BEGIN}\n{body}\n{RUNNERS_DOC_END}{tail}"
+
+
 def generate(matrix: Matrix, root: Path = REPO_ROOT) -> list[GeneratedFile]:
     github = root / ".github"
+    doc = root / "docs" / "ci.md"
+    docs = (
+        [GeneratedFile(doc, _with_block(doc.read_text(encoding="utf-8"), runners_table(matrix)))]
+        if doc.is_file()
+        else []
+    )
     return [
+        *docs,
         GeneratedFile(github / "workflows" / "ci.yml", dump_workflow(ci_workflow(matrix))),
         GeneratedFile(
             github / "workflows" / "release.yml", dump_workflow(release_workflow(matrix), _release_notes(matrix))

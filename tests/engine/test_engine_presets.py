@@ -110,11 +110,17 @@ def test_presets_table_uses_the_host_arch(machine, env_for, capsys):
     out = capsys.readouterr().out
     assert code == 0
     header, *rows = out.splitlines()
-    assert header.split() == ["NAME", "MODEL", "QUANT", "cuda", "ascend", "mlu", "cpu", "llamacpp"]
-    awq = next(r for r in rows if r.startswith("qwen2.5-7b-instruct-awq "))
-    assert awq.split()[-5:] == ["tp1", "-", "tp1?", "-", "-"]  # AWQ on aarch64 CPU and llama.cpp: unsupported
-    gguf = next(r for r in rows if r.startswith("qwen2.5-0.5b-instruct-gguf-q4_k_m "))
-    assert gguf.split()[-5:] == ["-", "-", "-", "-", "tp1"]  # GGUF: llama.cpp only
+    assert header.split() == ["NAME", "MODEL", "QUANT", *BACKENDS]
+    assert list(BACKENDS)[:3] == ["cuda", "ascend", "mlu"] and list(BACKENDS)[-2:] == ["cpu", "llamacpp"]
+
+    def cells(row: str) -> dict[str, str]:
+        return dict(zip(BACKENDS, row.split()[-len(BACKENDS) :], strict=True))
+
+    awq = cells(next(r for r in rows if r.startswith("qwen2.5-7b-instruct-awq ")))
+    # AWQ on aarch64 CPU and llama.cpp: unsupported
+    assert [awq[b] for b in ("cuda", "ascend", "mlu", "cpu", "llamacpp")] == ["tp1", "-", "tp1?", "-", "-"]
+    gguf = cells(next(r for r in rows if r.startswith("qwen2.5-0.5b-instruct-gguf-q4_k_m ")))
+    assert {b: v for b, v in gguf.items() if v != "-"} == {"llamacpp": "tp1"}  # GGUF: llama.cpp only
 
 
 def test_gguf_presets_expand_for_llamacpp_only():

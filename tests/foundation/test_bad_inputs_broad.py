@@ -396,7 +396,7 @@ MATRIX_FIELDS = [
         "targets.ascend.plugin.requires[0]",
     ),
     # literals, regexes, shapes
-    ("plugin-name", (*T, "ascend", "plugin", "name"), "vllm-npu", "targets.ascend.plugin.name: 'vllm-npu'"),
+    ("plugin-name", (*T, "ascend", "plugin", "name"), "vllm npu", "targets.ascend.plugin.name: 'vllm npu'"),
     ("plugin-source", (*T, "ascend", "plugin", "source"), "git", "targets.ascend.plugin.source: 'git'"),
     (
         "plugin-entry-point-space",

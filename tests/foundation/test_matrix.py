@@ -131,7 +131,7 @@ def test_bad_digest_and_backend_and_missing_key():
     del raw["targets"]["cpu"]["variant"]
     message = _error(raw)
     assert "targets.cuda.base.digest" in message
-    assert "targets.mlu.backend: 'npu' is not allowed" in message
+    assert "targets.mlu.backend: 'npu' is not an engine backend" in message
     assert "targets.cpu.variant: required key is missing" in message
 
 

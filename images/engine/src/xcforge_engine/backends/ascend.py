@@ -73,6 +73,9 @@ def _hal_library(host: Host) -> str | None:
 
 class AscendBackend:
     name = "ascend"
+    rank = 20
+    probe = "/dev/davinci_manager"
+    distributions: tuple[str, ...] = ("vllm-ascend", "torch-npu")
     title = "Huawei Ascend NPU"
     device_word = "NPU"
     hint = (
@@ -137,3 +140,4 @@ class AscendBackend:
 
 
 ASCEND = AscendBackend()
+BACKEND = ASCEND

@@ -2,7 +2,8 @@
 
 A backend is a small object behind the `Backend` protocol: which device nodes it needs (with the
 `docker run` flag that provides each), which versions it can read, and which defaults it derives.
-Adding hardware is adding a module and a line in `backends/__init__.py`, not branches elsewhere.
+Adding hardware is adding a module (backends/__init__.py discovers it by its `BACKEND`), not
+branches elsewhere.
 """
 
 from __future__ import annotations
@@ -112,6 +113,10 @@ class Backend(Protocol):
     device_word: str  # "GPU", "NPU", "MLU", "CPU"
     hint: str  # one clause added to serve's "not usable" line: alternatives to the flags
     visible_env: tuple[str, ...]  # device-selection variables passed through to the engine
+    rank: int  # listing order: accelerators (10-49) before the CPU engines (80-99)
+    probe: str | None  # a control node present only when the vendor's devices were passed in
+    distributions: tuple[str, ...]  # Python distributions the backend adds beside vLLM and torch
+    # Optional: `presets`, a PresetSizing for a backend that data/presets.json has no column for.
 
     def device_nodes(self, host: Host) -> list[str]: ...
 

@@ -53,6 +53,9 @@ def split_threads(cpus: list[int], ranks: int) -> list[list[int]]:
 
 class CpuBackend:
     name = "cpu"
+    rank = 80
+    probe = None
+    distributions: tuple[str, ...] = ()
     title = "CPU (vLLM CPU backend)"
     device_word = "CPU"
     hint = ""
@@ -210,3 +213,4 @@ class CpuBackend:
 
 
 CPU = CpuBackend()
+BACKEND = CPU

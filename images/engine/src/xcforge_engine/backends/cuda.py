@@ -45,6 +45,9 @@ def runtime_version(env: Mapping[str, str], software: Software) -> str | None:
 
 class CudaBackend:
     name = "cuda"
+    rank = 10
+    probe = "/dev/nvidiactl"
+    distributions: tuple[str, ...] = ()
     title = "NVIDIA CUDA"
     device_word = "GPU"
     hint = "needs the NVIDIA Container Toolkit on the host; or --runtime=nvidia -e NVIDIA_VISIBLE_DEVICES=all"
@@ -89,3 +92,4 @@ class CudaBackend:
 
 
 CUDA = CudaBackend()
+BACKEND = CUDA

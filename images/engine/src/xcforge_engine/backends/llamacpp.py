@@ -57,6 +57,9 @@ def gguf_in(host: Host, model: str) -> tuple[str | None, str]:
 
 class LlamaCppBackend:
     name = "llamacpp"
+    rank = 90
+    probe = None
+    distributions: tuple[str, ...] = ()
     title = "CPU (llama.cpp server, GGUF)"
     device_word = "CPU"
     hint = ""
@@ -153,3 +156,4 @@ class LlamaCppBackend:
 LLAMACPP = LlamaCppBackend()
 
 __all__ = ["LLAMACPP", "OK", "WARNING"]
+BACKEND = LLAMACPP

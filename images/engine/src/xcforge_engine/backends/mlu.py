@@ -47,6 +47,9 @@ def driver_version(host: Host) -> str | None:
 
 class MluBackend:
     name = "mlu"
+    rank = 30
+    probe = "/dev/cambricon_ctl"
+    distributions: tuple[str, ...] = ("vllm-mlu", "torch-mlu", "torch-mlu-ops")
     title = "Cambricon MLU"
     device_word = "MLU"
     hint = "one --device /dev/cambricon_devN and /dev/cambricon_ipcmN per MLU to use"
@@ -88,3 +91,4 @@ class MluBackend:
 
 
 MLU = MluBackend()
+BACKEND = MLU
