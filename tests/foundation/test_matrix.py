@@ -29,7 +29,8 @@ def _error(raw: dict) -> str:
 
 def test_real_matrix_has_five_targets_with_their_platforms():
     matrix = load_matrix(MATRIX)
-    assert list(matrix.targets) == ["cuda", "ascend", "mlu", "cpu", "feiteng"]
+    first = ["cuda", "ascend", "mlu", "cpu", "feiteng"]  # in this order; targets added since come between
+    assert [name for name in matrix.targets if name in first] == first
     assert set(matrix.targets["feiteng"].platforms) == {"linux/amd64", "linux/arm64"}
     assert matrix.targets["feiteng"].cpu_isa["arm64"].requires == ("fp", "asimd")  # ARMv8.0
     assert matrix.targets["cuda"].platforms == ("linux/amd64",)
@@ -96,10 +97,8 @@ def test_error_in_defaults_is_reported_where_it_was_written():
     raw = _raw()
     raw["defaults"]["runtime"]["port"] = 99999
     message = _error(raw)
-    assert (
-        "defaults.runtime.port (inherited by targets.cuda, targets.ascend, targets.mlu, targets.cpu, targets.feiteng)"
-        in message
-    )
+    inherited = ", ".join(f"targets.{name}" for name in raw["targets"])
+    assert f"defaults.runtime.port (inherited by {inherited})" in message
     assert message.count("defaults.runtime.port") == 1  # one line, not one per target
 
 

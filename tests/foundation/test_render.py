@@ -162,7 +162,8 @@ def test_list_one_line_per_target_and_its_platforms_verification():
 def test_unknown_target_lists_valid_ones():
     proc = _cli("--target", "npu", "--dry-run")
     assert proc.returncode == 2
-    assert "valid targets: cuda, ascend, mlu, cpu, feiteng" in proc.stderr
+    names = ", ".join(load_matrix(REPO / "matrix.yaml").targets)
+    assert names.startswith("cuda, ascend, mlu") and f"valid targets: {names}" in proc.stderr
     assert "Traceback" not in proc.stderr
 
 

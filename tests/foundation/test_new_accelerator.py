@@ -1,0 +1,103 @@
+"""Adding an accelerator touches only its own files: the claim of README's "Adding an accelerator".
+
+The newest target (musa, Moore Threads) is named in exactly one matrix entry, its child template
+and its engine backend module. Everything else that mentions it is generated from those and
+drift-checked (`render --all --check`, `deps --all --check`, `workflows --check`,
+`deploy --examples --check`), or a test. If this fails, a hand edit for one target crept back in:
+make that place read the matrix or the backend module instead.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from xcforge.matrix import engine_backends, load_matrix
+
+REPO = Path(__file__).resolve().parents[2]
+
+# (target, backend) of the accelerator added the data-driven way.
+NEW = [("musa", "musa")]
+
+# Whole files made by a --check-ed command from the matrix, the templates and the backend modules.
+_GENERATED_FILES = (
+    re.compile(r"images/(?P<t>[a-z0-9-]+)/(Dockerfile|locks/.*)"),  # render --all, deps --all
+    re.compile(r"deploy/examples/(?P<t>[a-z0-9-]+)\.yaml"),  # deploy --examples
+    re.compile(r"\.github/workflows/[^/]+\.yml"),  # workflows
+    re.compile(r"\.github/actionlint\.yaml"),  # workflows
+    re.compile(r"docker-bake\.hcl"),  # render --all
+)
+# Sections of hand-written docs made by those commands (docs/operators.md, docs/ci.md).
+_GENERATED_SECTION = re.compile(r"<!-- BEGIN GENERATED:.*?<!-- END GENERATED -->", re.S)
+
+
+def _repo_files() -> list[str]:
+    def git(*args: str) -> list[str]:
+        out = subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, check=True).stdout
+        return [line for line in out.splitlines() if line]
+
+    files = set(git("ls-files")) | set(git("ls-files", "--others", "--exclude-standard"))
+    return sorted(f for f in files if (REPO / f).is_file())
+
+
+def _generated(path: str) -> bool:
+    return any(p.fullmatch(path) for p in _GENERATED_FILES)
+
+
+def mentioning(word: str) -> set[str]:
+    """Files outside tests/ and the generated outputs whose hand-written text names `word`."""
+    # A word of its own: "musa" in vllm-musa, torch_musa, MUSA_HOME, not in "MemUsage".
+    pattern = re.compile(rf"(?<![a-z]){re.escape(word)}", re.I)
+    found = set()
+    for path in _repo_files():
+        if path.startswith("tests/") or _generated(path):
+            continue
+        try:
+            text = (REPO / path).read_text(encoding="utf-8")
+        except (UnicodeDecodeError, OSError):
+            continue  # binary files name nothing
+        if pattern.search(_GENERATED_SECTION.sub("", text)):
+            found.add(path)
+    return found
+
+
+@pytest.mark.parametrize(("target", "backend"), NEW)
+def test_the_new_accelerator_is_named_only_in_its_own_files(target, backend):
+    allowed = {
+        "matrix.yaml",
+        f"templates/targets/{target}.Dockerfile.j2",
+        f"images/engine/src/xcforge_engine/backends/{backend}.py",
+    }
+    found = mentioning(target) | mentioning(backend)
+    assert found == allowed, (
+        f"files naming {target!r} beyond its own: {sorted(found - allowed)}; "
+        f"its own files without it: {sorted(allowed - found)}"
+    )
+
+
+@pytest.mark.parametrize(("target", "backend"), NEW)
+def test_the_new_accelerator_is_a_full_target(target, backend):
+    matrix = load_matrix(REPO / "matrix.yaml")
+    assert target in matrix.targets
+    t = matrix.targets[target]
+    assert t.backend == backend and backend in engine_backends()
+    # Its runtime contract, CI runner and generated outputs exist like every other target's.
+    assert t.runtime.devices and t.runtime.k8s_resource and t.ci.runner
+    assert t.plugin is not None and t.plugin.needs_vendor
+    for path in (
+        f"images/{target}/Dockerfile",
+        f"images/{target}/locks/deps.json",
+        f"deploy/examples/{target}.yaml",
+    ):
+        assert (REPO / path).is_file(), f"{path} is missing: run the README's regenerate commands"
+
+
+def test_the_scan_sees_an_older_target_everywhere_it_is_hand_written():
+    """The scan itself works: mlu predates the data-driven way and is named in hand-written files."""
+    found = mentioning("cambricon")
+    assert "matrix.yaml" in found
+    assert "images/engine/src/xcforge_engine/backends/mlu.py" in found
+    assert not any(_generated(p) for p in found)
