@@ -28,7 +28,7 @@ if str(REPO) not in sys.path:  # `python bench/x.py` puts bench/ first on the pa
 
 from xcforge.report import format_bytes as fmt_bytes  # noqa: E402, F401  (re-exported; after sys.path)
 
-BUSY_PATTERN = "pytest|buildx build"
+BUSY_PATTERN = "pytest|buildx build|buildx bake"
 REGISTRY = os.environ.get("XCFORGE_BENCH_REGISTRY", "127.0.0.1:5000")
 BENCH_PREFIX = f"{REGISTRY}/xcforge-bench"  # the only repositories the benchmarks write
 

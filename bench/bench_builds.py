@@ -55,6 +55,7 @@ CPU_PLATFORM = "linux/amd64"  # the rebuild costs of one platform (bench_arch.py
 def copy_project(root: Path) -> Path:
     root.mkdir(parents=True)
     shutil.copy(REPO / "matrix.yaml", root / "matrix.yaml")
+    shutil.copy(REPO / "docker-bake.hcl", root / "docker-bake.hcl")
     shutil.copytree(REPO / "templates", root / "templates")
     shutil.copytree(
         REPO / "images", root / "images", ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__")

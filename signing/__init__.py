@@ -10,31 +10,39 @@ This package knows nothing about builds: it signs a digest and verifies a digest
 - sign, verify, promote    the operations; audit: hash-chained audit log; keyless: Sigstore in CI
 """
 
-from signing.audit import AuditLog, verify_audit_log
-from signing.cosign_keys import CosignPrivateKey, CosignPublicKey, load_cosign_private_key, load_cosign_public_key
-from signing.promote import PromotionResult, promote
-from signing.sign import SignatureRecord, sign_archive, sign_digest
-from signing.sm2_keys import Sm2PrivateKey, Sm2PublicKey, load_sm2_private_key, load_sm2_public_key
-from signing.verify import SignatureCheck, VerificationReport, verify_archive, verify_image
+from __future__ import annotations
 
-__all__ = [
-    "AuditLog",
-    "CosignPrivateKey",
-    "CosignPublicKey",
-    "PromotionResult",
-    "SignatureCheck",
-    "SignatureRecord",
-    "Sm2PrivateKey",
-    "Sm2PublicKey",
-    "VerificationReport",
-    "load_cosign_private_key",
-    "load_cosign_public_key",
-    "load_sm2_private_key",
-    "load_sm2_public_key",
-    "promote",
-    "sign_archive",
-    "sign_digest",
-    "verify_archive",
-    "verify_audit_log",
-    "verify_image",
-]
+import importlib
+
+# The public names, loaded on first use: `import signing.sm3` need not import every scheme and
+# the registry code (a build imports signing for one attestation helper).
+_EXPORTS = {
+    "AuditLog": "signing.audit",
+    "CosignPrivateKey": "signing.cosign_keys",
+    "CosignPublicKey": "signing.cosign_keys",
+    "PromotionResult": "signing.promote",
+    "SignatureCheck": "signing.verify",
+    "SignatureRecord": "signing.sign",
+    "Sm2PrivateKey": "signing.sm2_keys",
+    "Sm2PublicKey": "signing.sm2_keys",
+    "VerificationReport": "signing.verify",
+    "load_cosign_private_key": "signing.cosign_keys",
+    "load_cosign_public_key": "signing.cosign_keys",
+    "load_sm2_private_key": "signing.sm2_keys",
+    "load_sm2_public_key": "signing.sm2_keys",
+    "promote": "signing.promote",
+    "sign_archive": "signing.sign",
+    "sign_digest": "signing.sign",
+    "verify_archive": "signing.verify",
+    "verify_audit_log": "signing.audit",
+    "verify_image": "signing.verify",
+}
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = sorted(_EXPORTS)

@@ -13,6 +13,8 @@ push modes also attach the raw SBOM in the registry.
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
 import tarfile
 from dataclasses import dataclass
@@ -46,17 +48,55 @@ def attestation_dir(archive: Path) -> Path:
     return archive.with_name(archive.name.removesuffix(".partial") + ".attestations")
 
 
-def write_attestations(archive: Path, out: Path, repository: str) -> list[PlatformAttestations]:
-    """SBOM and provenance of every platform in `archive` (an OCI-layout tar), written under `out`."""
+def _inventory_key(platform: str, layers: list[dict]) -> str:
+    """Layers are content-addressed: the same layers hold the same files, hence the same packages.
+    The key also covers sbom.py itself, so a change in how packages are read invalidates it."""
+    source = Path(sbom.__file__).read_bytes()
+    material = json.dumps([platform, [layer["digest"] for layer in layers], hashlib.sha256(source).hexdigest()])
+    return hashlib.sha256(material.encode()).hexdigest()
+
+
+def _cached_inventory(cache: Path | None, key: str) -> sbom.Inventory | None:
+    path = cache / f"{key}.json" if cache else None
+    if not path or not path.exists():
+        return None
+    try:
+        data = json.loads(path.read_text())
+        packages = [sbom.Package(**{**p, "licenses": tuple(p["licenses"])}) for p in data.pop("packages")]
+        return sbom.Inventory(**data, packages=packages)
+    except (ValueError, TypeError, KeyError):
+        return None  # an unreadable entry is rebuilt
+
+
+def _store_inventory(cache: Path | None, key: str, inventory: sbom.Inventory) -> None:
+    if not cache:
+        return
+    cache.mkdir(parents=True, exist_ok=True)
+    tmp = cache / f"{key}.json.tmp"
+    tmp.write_text(json.dumps(dataclasses.asdict(inventory)))
+    tmp.replace(cache / f"{key}.json")
+
+
+def write_attestations(
+    archive: Path, out: Path, repository: str, *, cache: Path | None = None
+) -> list[PlatformAttestations]:
+    """SBOM and provenance of every platform in `archive` (an OCI-layout tar), written under `out`.
+    With `cache`, a platform whose layers were read before is not read again (a cached rebuild
+    gives new manifests over the same layers)."""
     reader = image_inspect.OciArchive(archive)
     written = []
     try:
         with tarfile.open(archive) as tar:
             for image in reader.platform_images(tar):
-                layers = (
-                    (reader.open_blob(tar, layer["digest"]), layer["mediaType"]) for layer in image.manifest["layers"]
-                )
-                inventory = sbom.inventory(sbom.apply_layers(layers), image.platform)
+                key = _inventory_key(image.platform, image.manifest["layers"])
+                inventory = _cached_inventory(cache, key)
+                if inventory is None:
+                    layers = (
+                        (reader.open_blob(tar, layer["digest"]), layer["mediaType"])
+                        for layer in image.manifest["layers"]
+                    )
+                    inventory = sbom.inventory(sbom.apply_layers(layers), image.platform)
+                    _store_inventory(cache, key, inventory)
                 subject = sbom.Subject(repository, image.digest, image.platform, str(image.config.get("created", "")))
                 document = sbom.document(inventory, subject)
                 sbom_path = out / sbom.file_name(image.platform)

@@ -16,17 +16,17 @@ import shutil
 import tempfile
 import time
 from configparser import ConfigParser
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote, urlsplit, urlunsplit
 
-from xcforge import ci, deps, image_inspect, sbom
+from xcforge import bake, ci, deps, image_inspect, sbom
 from xcforge.attestations import attestation_dir, load_recorded, write_attestations
-from xcforge.buildx import RETRYABLE, annotations, buildx_command, failure_reason, output_spec, say, stream_buildx
-from xcforge.docker_env import DockerEnvironment, check_docker
+from xcforge.buildx import RETRYABLE, bake_command, failure_reason, node_platforms, run_bake, say
 from xcforge.engine_wheel import ensure_engine_wheel
 from xcforge.errors import BuildFailed, ConfigError, RegistryError, RenderError, XcforgeError
 from xcforge.fingerprint import build_fingerprint, hash_tree
+from xcforge.image_inspect import merge_archives
 from xcforge.matrix import Matrix
 from xcforge.oci import RegistryClient, parse_reference
 from xcforge.plan import BuildOptions, BuildPlan
@@ -45,13 +45,22 @@ class BuildRequest:
     matrix: Matrix
     plans: list[BuildPlan]
     options: BuildOptions
-    jobs: int = 1
     keep_going: bool = False
     smoke: bool = False
     sign: bool = False
     sm2_key: Path | None = None
     cosign_key: Path | None = None
     keyless: bool = False
+    builder: str | None = None  # --builder: every platform on this buildx builder
+
+    def builders_for(self, plan: BuildPlan) -> dict[str, str | None]:
+        """platform → buildx builder (None: the current one). --builder wins over the site's map."""
+        if self.builder:
+            return dict.fromkeys(plan.platforms, self.builder)
+        return {p: plan.site.builders.get(p) for p in plan.platforms}
+
+    def node_platforms(self, builder: str | None) -> tuple[str, ...]:
+        return node_platforms(builder)
 
 
 # --------------------------------------------------------------------------- inputs
@@ -161,7 +170,24 @@ def _result(plan: BuildPlan, status: str, **kw) -> BuildResult:
     )
 
 
-def build_one(plan: BuildPlan, env: DockerEnvironment, engine_dir: Path, engine_hash: str, force: bool) -> BuildResult:
+@dataclass
+class _Pending:
+    """A target that needs building: its result so far and the files the bake writes."""
+
+    plan: BuildPlan
+    result: BuildResult
+    build_args: dict[str, str]
+    record_path: Path | None
+    work: Path  # private temp dir: generated secrets, metadata
+    secret_files: dict[str, Path]
+    partial: Path  # the archive being written (renamed or pushed when complete)
+    parts: dict[str | None, tuple[tuple[str, ...], Path]]  # builder → (its platforms, its archive)
+    started: float
+    failed_builders: list[str | None] = field(default_factory=list)
+
+
+def _prepare(plan: BuildPlan, builders: dict[str, str | None], engine_hash: str, force: bool) -> BuildResult | _Pending:
+    """Base facts, fingerprint and the skip check; what a build will need if it is not skipped."""
     started = time.monotonic()
     name = plan.target.name
     if plan.blockers:
@@ -201,7 +227,19 @@ def build_one(plan: BuildPlan, env: DockerEnvironment, engine_dir: Path, engine_
         result.notes.append(f"engine install: {plan.engine_install} (the vendor engine cannot be installed here)")
     if base_kind == "stand-in" and plan.engine_install == "full":
         result.notes.append("the real engine was installed on the stand-in base")
-    metadata_dir = Path(tempfile.mkdtemp(prefix=f"xcforge-{name}-"))
+    work = Path(tempfile.mkdtemp(prefix=f"xcforge-{name}-"))
+    secret_files: dict[str, Path] = {}
+    for secret in plan.secrets:
+        if secret.kind == "file" and secret.path:
+            secret_files[secret.id] = secret.path
+        elif secret.id == "pip.conf":
+            content = _pip_conf(plan)
+            if content:
+                path = work / "pip.conf"
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with os.fdopen(fd, "w") as fh:
+                    fh.write(content)
+                secret_files["pip.conf"] = path
     # Archive output goes to dist/ (renamed from .partial when complete); push modes use a work file.
     final_archive = (
         plan.archive_path
@@ -210,70 +248,215 @@ def build_one(plan: BuildPlan, env: DockerEnvironment, engine_dir: Path, engine_
         / f"{name}-{'-'.join(a for a in plan.target.archs if f'linux/{a}' in plan.platforms)}.oci.tar"
     )
     partial = final_archive.with_name(final_archive.name + ".partial")
-    try:
-        secret_files: dict[str, Path] = {}
-        for secret in plan.secrets:
-            if secret.kind == "file" and secret.path:
-                secret_files[secret.id] = secret.path
-            elif secret.id == "pip.conf":
-                content = _pip_conf(plan)
-                if content:
-                    path = metadata_dir / "pip.conf"
-                    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-                    with os.fdopen(fd, "w") as fh:
-                        fh.write(content)
-                    secret_files["pip.conf"] = path
-        metadata = metadata_dir / "metadata.json"
-        partial.parent.mkdir(parents=True, exist_ok=True)
-        partial.unlink(missing_ok=True)
-        cmd = buildx_command(
-            plan,
-            build_args=build_args,
-            secret_files=secret_files,
-            output=output_spec(plan, partial),
-            metadata=metadata,
+    partial.parent.mkdir(parents=True, exist_ok=True)
+    by_builder: dict[str | None, list[str]] = {}
+    for platform in plan.platforms:
+        by_builder.setdefault(builders.get(platform), []).append(platform)
+    parts: dict[str | None, tuple[tuple[str, ...], Path]] = {}
+    for builder, platforms in by_builder.items():
+        # One builder writes the archive itself; several write one part each, merged by digest.
+        part = partial if len(by_builder) == 1 else partial.with_name(f"{partial.name}.{builder or 'default'}")
+        part.unlink(missing_ok=True)
+        parts[builder] = (tuple(platforms), part)
+    return _Pending(plan, result, build_args, record_path, work, secret_files, partial, parts, started)
+
+
+def _run_target(pending: _Pending, builder: str | None) -> bake.RunTarget:
+    plan = pending.plan
+    platforms, part = pending.parts[builder]
+    cache_ref = None
+    if plan.output != "archive" and plan.site.registry_cache:
+        cache_ref = f"{plan.image_repo.rsplit('/', 1)[0]}/{bake.cache_name(plan.target, platforms)}"
+    return bake.RunTarget(
+        name=plan.target.name,
+        platforms=platforms,
+        args=pending.build_args,
+        contexts=dict(plan.named_contexts),
+        context=plan.context,
+        outputs=_outputs(pending, builder, part),
+        secrets=pending.secret_files,
+        cache_ref=cache_ref,
+    )
+
+
+def _outputs(pending: _Pending, builder: str | None, part: Path) -> tuple[str, ...]:
+    """The archive always; for an archive build on the local engine's own builder also the engine's
+    image store, from the same export (BuildKit's second exporter), so no `docker load` follows."""
+    plan = pending.plan
+    outputs = [output_spec(plan, part)]
+    if _exports_to_engine(pending, builder):
+        names = ",".join(plan.refs) if plan.refs else plan.image_repo
+        outputs.append(f'type=image,"name={names}",oci-mediatypes=true')
+    return tuple(outputs)
+
+
+def _exports_to_engine(pending: _Pending, builder: str | None) -> bool:
+    return pending.plan.output == "archive" and builder is None and len(pending.parts) == 1
+
+
+def output_spec(plan: BuildPlan, archive: Path) -> str:
+    """Every build writes an OCI layout archive; pushing uploads that same archive (xcforge/push.py),
+    so the digest operators `docker load` offline is the digest in the registry."""
+    names = ",".join(plan.refs) if plan.refs else plan.image_repo
+    return f'type=oci,dest={archive},"name={names}"'
+
+
+def _bake_on(builder: str | None, pendings: list[_Pending], request: BuildRequest, run_dir: Path) -> None:
+    """One builder's share of the graph in one bake (one BuildKit session); with --keep-going,
+    the targets a failure cancelled are baked again (their finished steps are cache hits)."""
+    remaining = list(pendings)
+    attempt = 0
+    label = builder or "default"
+    while remaining:
+        attempt += 1
+        runs = [_run_target(p, builder) for p in remaining]
+        run_file = bake.write_run_file(run_dir / f"run-{label}-{attempt}.json", runs)
+        metadata = run_dir / f"metadata-{label}-{attempt}.json"
+        names = [r.name for r in runs]
+        cmd = bake_command(
+            [request.matrix.root / bake.BAKE_FILE.name, run_file], names, builder=builder, metadata=metadata
         )
-        attempt = 0
-        while True:
-            attempt += 1
-            with ci.group(f"build {name} ({', '.join(plan.platforms)})"):
-                outcome = stream_buildx(cmd, name)
-            result.cache_hits, result.steps = outcome.cache_hits, outcome.steps
-            if outcome.returncode == 0:
-                break
-            reason = failure_reason(outcome.tail)
-            retryable = plan.output != "archive" and RETRYABLE.search("\n".join(outcome.tail[-15:]))
-            if retryable and attempt < REGISTRY_RETRIES:
-                delay = 5 * 3 ** (attempt - 1)
-                say(f"[{name}] registry error ({reason}); retrying in {delay} s ({attempt}/{REGISTRY_RETRIES - 1})")
-                time.sleep(delay)
-                continue
+        where = f" on builder {builder}" if builder else ""
+        with ci.group(f"bake {', '.join(names)}{where}"):
+            outcome = run_bake(
+                cmd,
+                targets=names,
+                cwd=request.matrix.root,
+                env=bake.variables(remaining[0].build_args),
+                log_dir=request.options.dist_dir / "logs",
+            )
+        for pending in remaining:
+            progress = outcome.targets[pending.plan.target.name]
+            pending.result.cache_hits += progress.cache_hits
+            pending.result.steps += len(progress.steps)
+        if outcome.returncode == 0:
+            return
+        failed = [p for p in remaining if outcome.targets[p.plan.target.name].failed]
+        tails = "\n".join(line for p in failed for line in list(outcome.targets[p.plan.target.name].tail)[-15:])
+        retryable = any(p.plan.output != "archive" for p in failed) and RETRYABLE.search(tails)
+        if retryable and attempt < REGISTRY_RETRIES:
+            delay = 5 * 3 ** (attempt - 1)
+            say(f"[{label}] registry error ({failure_reason(tails.splitlines())}); retrying in {delay} s")
+            time.sleep(delay)
+            continue
+        for pending in failed:
+            reason = failure_reason(outcome.targets[pending.plan.target.name].tail)
+            name = pending.plan.target.name
+            error: XcforgeError
             if retryable:
-                raise RegistryError(f"{name}: registry error after {attempt} attempts: {reason}")
-            raise BuildFailed(f"{name}: build failed: {reason}")
-        _finish(plan, result, partial, record_path)
-        result.status = "built"
-    except XcforgeError as exc:
-        result.error, result.error_code = exc.message, exc.exit_code
+                error = RegistryError(f"{name}: registry error after {attempt} attempts: {reason}")
+            elif builder and _builder_unreachable(reason):
+                error = BuildFailed(
+                    f"{name}: builder {builder} for {', '.join(pending.parts[builder][0])} is not usable: {reason}; "
+                    "check `docker buildx inspect " + builder + "` and the site's `builders`"
+                )
+            else:
+                error = BuildFailed(f"{name}: build failed{where}: {reason}")
+            pending.result.error, pending.result.error_code = error.message, error.exit_code
+            pending.failed_builders.append(builder)
+        remaining = [p for p in remaining if p not in failed]
+        if remaining and not request.keep_going:
+            for pending in remaining:
+                pending.failed_builders.append(builder)
+                pending.result.notes.append("not built: the bake stopped at the first failure (--keep-going goes on)")
+            say(f"[{label}] stopped after the first failure; --keep-going builds the other targets")
+            return
+
+
+def _builder_unreachable(reason: str) -> bool:
+    return bool(
+        re.search(r"(no builder|not found|cannot connect|connection refused|no such host|failed to dial)", reason, re.I)
+    )
+
+
+def build_all(request: BuildRequest, engine_hash: str) -> list[BuildResult]:
+    """The build stage: every plan through bake, one bake per builder, results in plan order."""
+    results: dict[str, BuildResult] = {}
+    pendings: list[_Pending] = []
+    for plan in request.plans:
+        builders = request.builders_for(plan)
+        try:
+            prepared = _prepare(plan, builders, engine_hash, request.options.force)
+        except XcforgeError as exc:
+            prepared = _result(plan, "failed")
+            prepared.error, prepared.error_code = exc.message, exc.exit_code
+        if isinstance(prepared, BuildResult):
+            results[plan.target.name] = prepared
+            if prepared.error and not request.keep_going:
+                break
+        else:
+            pendings.append(prepared)
+    run_dir = request.options.dist_dir / "bake"
+    try:
+        if (pendings and not any(r.error for r in results.values())) or request.keep_going:
+            by_builder: dict[str | None, list[_Pending]] = {}
+            for pending in pendings:
+                for builder in pending.parts:
+                    by_builder.setdefault(builder, []).append(pending)
+            # Builders are separate machines: their bakes run at the same time.
+            with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(by_builder))) as pool:
+                futures = [pool.submit(_bake_on, b, ps, request, run_dir) for b, ps in by_builder.items()]
+                for future in futures:
+                    future.result()
+        for pending in pendings:
+            name = pending.plan.target.name
+            if pending.failed_builders:
+                if pending.result.error:
+                    results[name] = pending.result
+                continue
+            try:
+                _assemble(pending)
+                loaded = _exports_to_engine(pending, next(iter(pending.parts)))
+                _finish(pending.plan, pending.result, pending.partial, pending.record_path, loaded=loaded)
+                pending.result.status = "built"
+                _record_where(pending, request)
+            except XcforgeError as exc:
+                pending.result.error, pending.result.error_code = exc.message, exc.exit_code
+            results[name] = pending.result
     finally:
-        partial.unlink(missing_ok=True)
-        shutil.rmtree(metadata_dir, ignore_errors=True)
-        result.duration_s = time.monotonic() - started
-    return result
+        for pending in pendings:
+            for _, part in pending.parts.values():
+                part.unlink(missing_ok=True)
+            pending.partial.unlink(missing_ok=True)
+            shutil.rmtree(pending.work, ignore_errors=True)
+            pending.result.duration_s = time.monotonic() - pending.started
+    order = {plan.target.name: i for i, plan in enumerate(request.plans)}
+    return sorted(results.values(), key=lambda r: order[r.target])
+
+
+def _assemble(pending: _Pending) -> None:
+    """Several builders' archives → one archive with one index (platform manifests by digest)."""
+    if len(pending.parts) == 1:
+        return
+    merge_archives([part for _, part in pending.parts.values()], pending.partial)
+
+
+def _record_where(pending: _Pending, request: BuildRequest) -> None:
+    for platform_result in pending.result.platforms:
+        builder = request.builders_for(pending.plan).get(platform_result.platform)
+        node = request.node_platforms(builder)
+        platform_result.builder = builder or "default"
+        platform_result.native = platform_result.platform in node[:1]
+    emulated = [p.platform for p in pending.result.platforms if not p.native]
+    if emulated:
+        pending.result.notes.append(f"emulated (QEMU): {', '.join(emulated)}")
 
 
 def _attestation_dir(plan: BuildPlan) -> Path:
     return attestation_dir(plan.archive_path or plan.dist_dir / f"{plan.target.name}.oci.tar")
 
 
-def _finish(plan: BuildPlan, result: BuildResult, partial: Path, record_path: Path | None) -> None:
+def _finish(
+    plan: BuildPlan, result: BuildResult, partial: Path, record_path: Path | None, *, loaded: bool = False
+) -> None:
     archive = image_inspect.OciArchive(partial)
     digest, _ = archive.top_index()
     result.digest = digest
     result.platforms = [PlatformResult(p, d, s) for p, (d, s) in sorted(archive.platforms().items())]
     say(f"[{plan.target.name}] reading each platform's package databases for its SBOM")
     sbom_started = time.monotonic()
-    written = write_attestations(partial, _attestation_dir(plan), plan.image_repo)
+    cache = plan.dist_dir / ".cache" / "sbom-inventory"
+    written = write_attestations(partial, _attestation_dir(plan), plan.image_repo, cache=cache)
     result.attestations = [w.as_dict() for w in written]
     for entry in written:
         say(f"[{plan.target.name}] SBOM {entry.platform}: {entry.components} components → {entry.sbom}")
@@ -283,8 +466,10 @@ def _finish(plan: BuildPlan, result: BuildResult, partial: Path, record_path: Pa
         partial.replace(plan.archive_path)
         result.archive = str(plan.archive_path)
         result.refs = list(plan.refs)
-        # Operators `docker load` this same file; loading it here also gives the local engine the image.
-        run([DOCKER, "load", "--input", str(plan.archive_path)], capture=True)
+        # Operators `docker load` this same file. The local engine has the image already when BuildKit
+        # exported it there too (same export, same digest); a remote builder's archive is loaded here.
+        if not loaded:
+            run([DOCKER, "load", "--input", str(plan.archive_path)], capture=True)
         record = {
             "fingerprint": result.fingerprint,
             "digest": digest,
@@ -318,13 +503,13 @@ def _attach_sboms(plan: BuildPlan, result: BuildResult) -> None:
         say(f"[{plan.target.name}] SBOM {entry['platform']} attached: {entry['sbom_ref']}")
 
 
-def _attach_tags(plan: BuildPlan, digest: str, sources: list[str] | None = None, annotate: bool = False) -> None:
+def _attach_tags(plan: BuildPlan, digest: str, sources: list[str] | None = None, matrix: Matrix | None = None) -> None:
     """Phase two of publishing: point every final tag at the pushed digest(s), with retries."""
     cmd = [DOCKER, "buildx", "imagetools", "create"]
     for ref in plan.refs:
         cmd += ["--tag", ref]
-    if annotate:
-        for key, value in annotations(plan, plan.build_args).items():
+    if matrix is not None:  # a merged index gets the image's annotations (bake.ANNOTATED_LABELS)
+        for key, value in bake.annotations(matrix, plan.target, plan.build_args).items():
             cmd += ["--annotation", f"index:{key}={value}"]
     cmd += sources or [f"{plan.image_repo}@{digest}"]
     for attempt in range(1, REGISTRY_RETRIES + 1):
@@ -370,6 +555,11 @@ def _prepare_sdists(matrix: Matrix, plan: BuildPlan) -> None:
 
 
 def _check_rendered(matrix: Matrix, plans: list[BuildPlan]) -> None:
+    if bake.write_or_check(matrix, check=True).status != "ok":
+        raise RenderError(
+            f"{matrix.root / bake.BAKE_FILE.name}: out of date with matrix.yaml; "
+            "run `python build.py render --all` (and commit) before building"
+        )
     for plan in plans:
         committed = plan.dockerfile.read_text(encoding="utf-8") if plan.dockerfile.exists() else None
         if committed != render_target(matrix, plan.target).text:
@@ -379,88 +569,14 @@ def _check_rendered(matrix: Matrix, plans: list[BuildPlan]) -> None:
             )
 
 
-def run_builds(request: BuildRequest) -> int:
-    plans = request.plans
-    for plan in plans:
-        if plan.blockers:
-            raise ConfigError("\n".join(plan.blockers))
-    _check_rendered(request.matrix, plans)
-    env = check_docker()
-    say(f"docker {env.server_version}, buildx {'.'.join(map(str, env.buildx_version))}, native {env.native_platform}")
-    engine_dir, engine_hash = _prepare_contexts(request.matrix, plans)
-
-    results: list[BuildResult] = []
-    failed = False
-
-    def one(plan: BuildPlan) -> BuildResult:
-        try:
-            return build_one(plan, env, engine_dir, engine_hash, request.options.force)
-        except XcforgeError as exc:
-            result = _result(plan, "failed")
-            result.error, result.error_code = exc.message, exc.exit_code
-            return result
-
-    if request.jobs == 1 or len(plans) == 1:
-        for plan in plans:
-            result = one(plan)
-            results.append(result)
-            if result.error:
-                failed = True
-                ci.annotate_error(result.error)
-                if not request.keep_going:
-                    break
-    else:
-        with concurrent.futures.ThreadPoolExecutor(max_workers=request.jobs) as pool:
-            futures = {pool.submit(one, plan): plan for plan in plans}
-            for future in concurrent.futures.as_completed(futures):
-                result = future.result()
-                results.append(result)
-                if result.error:
-                    failed = True
-                    ci.annotate_error(result.error)
-                    if not request.keep_going:
-                        for other in futures:
-                            other.cancel()
-        order = {plan.target.name: i for i, plan in enumerate(plans)}
-        results.sort(key=lambda r: order[r.target])
-
-    from xcforge.publish import record_builds, sign_results
-
-    record_builds(results, request.options.dist_dir)
-    if request.sign and not failed:
-        failed |= not sign_results(results, request)
-    if request.smoke and not failed:
-        from xcforge.smoke import smoke_results
-
-        failed |= not smoke_results(results, request)
-
-    all_results = merge_into_report(results, request.options.dist_dir)
-    json_path, md_path = write_reports(all_results, request.options.dist_dir)
-    print_table(results)
-    say(f"report: {json_path} and {md_path}")
-    for result in results:
-        if result.digest:
-            print(f"{result.target} {result.image_repo}@{result.digest}")
-    if any(r.error for r in results):
-        first = next(r for r in results if r.error)
-        count = sum(1 for r in results if r.error)
-        error = BuildFailed(f"{count} of {len(plans)} target(s) failed; first: {first.error.splitlines()[0]}")
-        # The first failure's own exit code (6 for a registry, 7 for signing...) tells CI what broke.
-        error.exit_code = first.error_code or BuildFailed.exit_code
-        raise error
-    if failed:
-        return 9
-    return 0
-
-
-def merge_digests(plan: BuildPlan, digests: list[str]) -> int:
+def merge_digests(matrix: Matrix, plan: BuildPlan, digests: list[str]) -> int:
     """Split CI mode, second half: assemble the index from per-platform digests, then tag it."""
     for digest in digests:
         if not re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
             raise ConfigError(f"--digest {digest!r} is not a digest (sha256:<64 hex>)")
     started = time.monotonic()
     sources = [f"{plan.image_repo}@{d}" for d in digests]
-    _attach_tags(plan, digests[0], sources=sources, annotate=True)
+    _attach_tags(plan, digests[0], sources=sources, matrix=matrix)
     digest = image_inspect.resolve_digest(plan.refs[0])
     result = _result(plan, "built", digest=digest)
     result.refs = list(plan.refs)
@@ -474,4 +590,4 @@ def merge_digests(plan: BuildPlan, digests: list[str]) -> int:
     return 0
 
 
-__all__ = ["BuildRequest", "build_one", "merge_digests", "run_builds"]
+__all__ = ["BuildRequest", "build_all", "merge_digests", "output_spec"]

@@ -1,17 +1,28 @@
-"""docker buildx, the way xcforge drives it: the command line for a plan, and a runner that streams
-its plain progress with a target prefix while counting steps and cache hits."""
+"""`docker buildx bake`, the way xcforge drives it: one command per builder, its plain progress
+split by target, written in full to `dist/logs/<target>.log`, and shown as it goes.
+
+BuildKit names every step of a multi-target bake `[<target> <platform> <stage> n/m]` (the target
+only when there are several, the platform only when a target has several): that is how a line is
+given to its target and platform. On a terminal each target/platform gets one live line (current
+step, elapsed time, cache hits); elsewhere (CI, pipes) every line is printed with a `[target]`
+prefix, inside the CI log group of the bake.
+"""
 
 from __future__ import annotations
 
+import functools
+import os
 import re
 import subprocess
 import sys
 import threading
+import time
 from collections import deque
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
-from xcforge.plan import BuildPlan
 from xcforge.shell import DOCKER, echo
 
 # buildx/registry failures worth another try (the registry client has its own list for pushes).
@@ -20,6 +31,7 @@ RETRYABLE = re.compile(
     r"\b50[0234]\b|\b429\b|too many requests|bad gateway|service unavailable|no such host)",
     re.IGNORECASE,
 )
+_VERTEX = re.compile(r"^#(\d+) (?:\[(?P<name>[^\]]*)\]|(?P<word>CACHED|DONE|ERROR|CANCELED)\b)?")
 _print_lock = threading.Lock()
 
 
@@ -28,82 +40,187 @@ def say(message: str) -> None:
         print(message, file=sys.stderr, flush=True)
 
 
-def buildx_command(
-    plan: BuildPlan, *, build_args: dict[str, str], secret_files: dict[str, Path], output: str, metadata: Path
-) -> list[str]:
-    cmd = [DOCKER, "buildx", "build", "--progress=plain", "--platform", ",".join(plan.platforms)]
-    cmd += ["--file", str(plan.dockerfile)]
-    for name, path in sorted(plan.named_contexts.items()):
-        cmd += ["--build-context", f"{name}={path}"]
-    for key, value in sorted(build_args.items()):
-        cmd += ["--build-arg", f"{key}={value}"]
-    for secret_id, path in sorted(secret_files.items()):
-        cmd += ["--secret", f"id={secret_id},src={path}"]
-    # One flag per level: buildx 0.13 reads "index,manifest:" as part of the key.
-    for key, value in annotations(plan, build_args).items():
-        cmd += ["--annotation", f"index:{key}={value}", "--annotation", f"manifest:{key}={value}"]
-    if plan.output != "archive" and plan.site.registry_cache:
-        cache_ref = f"{plan.image_repo}:buildcache-{'-'.join(p.split('/')[1] for p in plan.platforms)}"
-        cmd += [
-            "--cache-from",
-            f"type=registry,ref={cache_ref}",
-            "--cache-to",
-            f"type=registry,ref={cache_ref},mode=max",
-        ]
-    cmd += ["--provenance=mode=max", "--metadata-file", str(metadata), "--output", output, str(plan.context)]
+@functools.cache
+def is_context(builder: str) -> bool:
+    """A docker context (its engine's own BuildKit, the docker driver) rather than a buildx builder:
+    buildx only drives those through `docker --context NAME buildx ...`."""
+    proc = subprocess.run([DOCKER, "context", "inspect", builder], capture_output=True, check=False)
+    return proc.returncode == 0
+
+
+def buildx_base(builder: str | None) -> list[str]:
+    """`docker buildx`, pointed at the builder: a context by --context, a builder by --builder."""
+    if builder and is_context(builder):
+        return [DOCKER, "--context", builder, "buildx"]
+    return [DOCKER, "buildx"]
+
+
+def builder_flags(builder: str | None) -> list[str]:
+    return ["--builder", builder] if builder and not is_context(builder) else []
+
+
+@functools.cache
+def node_platforms(builder: str | None) -> tuple[str, ...]:
+    """The platforms of a builder's nodes, native first (buildx lists a node's own platform first,
+    then what binfmt/QEMU adds): how the report tells native from emulated builds."""
+    cmd = [*buildx_base(builder), "inspect", *builder_flags(builder)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        return ()
+    natives: list[str] = []
+    for line in proc.stdout.splitlines():
+        if line.strip().startswith("Platforms:"):
+            listed = [p.strip().rstrip("*") for p in line.split(":", 1)[1].split(",") if p.strip()]
+            if listed:
+                natives.append(listed[0])
+    return tuple(natives)
+
+
+def check_builder(builder: str, platforms: Iterable[str]) -> str | None:
+    """None when the builder exists and answers; else the reason, in buildx's words."""
+    if not is_context(builder) and subprocess.run(
+        [DOCKER, "buildx", "inspect", builder], capture_output=True, check=False
+    ).returncode:
+        return "no such buildx builder or docker context (see `docker buildx ls`)"
+    cmd = [*buildx_base(builder), "inspect", "--bootstrap", *builder_flags(builder)]
+    echo(cmd)
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=60)
+    except subprocess.TimeoutExpired:
+        return "it did not answer within 60 s"
+    if proc.returncode != 0:
+        lines = (proc.stderr or proc.stdout).strip().splitlines() or ["no output"]
+        return lines[-1].removeprefix("ERROR: ")
+    status = re.findall(r"^Status:\s*(\S+)", proc.stdout, re.M)
+    if status and all(s != "running" for s in status):
+        return f"its nodes are {', '.join(status)}"
+    return None
+
+
+def bake_command(files: Iterable[Path], targets: Iterable[str], *, builder: str | None, metadata: Path) -> list[str]:
+    cmd = [*buildx_base(builder), "bake", "--progress=plain", *builder_flags(builder)]
+    for path in files:
+        cmd += ["--file", str(path)]
+    cmd += ["--metadata-file", str(metadata), *targets]
     return cmd
 
 
-def annotations(plan: BuildPlan, build_args: dict[str, str]) -> dict[str, str]:
-    target = plan.target
-    return {
-        "org.opencontainers.image.title": f"xcforge vLLM {target.name}",
-        "org.opencontainers.image.description": target.description,
-        "org.opencontainers.image.version": f"{plan.engine_version}-{target.variant}",
-        "org.opencontainers.image.revision": build_args.get("BUILD_REVISION", ""),
-        "org.opencontainers.image.created": build_args.get("BUILD_CREATED", ""),
-        "org.opencontainers.image.source": build_args.get("BUILD_SOURCE", ""),
-        "org.opencontainers.image.base.name": plan.base_original,
-        "org.opencontainers.image.base.digest": build_args.get("BASE_DIGEST", ""),
-        "io.xcforge.target": target.name,
-    }
+@dataclass
+class TargetProgress:
+    """What the bake said about one target."""
 
+    name: str
+    steps: set[str] = field(default_factory=set)
+    cached: set[str] = field(default_factory=set)
+    tail: deque[str] = field(default_factory=lambda: deque(maxlen=60))
+    failed: bool = False
+    # Per platform ("" when the target has one): the step it is on.
+    current: dict[str, str] = field(default_factory=dict)
 
-def output_spec(plan: BuildPlan, archive: Path) -> str:
-    """Every build writes an OCI layout archive; pushing uploads that same archive (xcforge/push.py),
-    so the digest operators `docker load` offline is the digest in the registry."""
-    names = ",".join(plan.refs) if plan.refs else plan.image_repo
-    return f'type=oci,dest={archive},"name={names}"'
+    @property
+    def cache_hits(self) -> int:
+        return len(self.cached & self.steps)
 
 
 @dataclass
-class BuildxRun:
+class BakeRun:
     returncode: int
+    targets: dict[str, TargetProgress]
     tail: list[str]
-    cache_hits: int
-    steps: int
+    duration_s: float
+
+    def failed_targets(self) -> list[str]:
+        return [name for name, progress in self.targets.items() if progress.failed]
 
 
-def stream_buildx(cmd: list[str], prefix: str) -> BuildxRun:
-    """Run buildx, echoing its plain progress with a target prefix; count steps and cache hits."""
+class _Logs:
+    """dist/logs/<target>.log, one per target, the whole BuildKit log of its steps."""
+
+    def __init__(self, log_dir: Path, targets: list[str]) -> None:
+        log_dir.mkdir(parents=True, exist_ok=True)
+        self.files: dict[str, IO[str]] = {t: open(log_dir / f"{t}.log", "a", encoding="utf-8") for t in targets}  # noqa: SIM115
+
+    def write(self, targets: Iterable[str], line: str) -> None:
+        for name in targets:
+            self.files[name].write(line + "\n")
+
+    def close(self) -> None:
+        for fh in self.files.values():
+            fh.close()
+
+
+class _LiveLines:
+    """One line per target/platform, redrawn in place (a terminal only)."""
+
+    def __init__(self, stream: IO[str], progress: dict[str, TargetProgress], started: float) -> None:
+        self.stream, self.progress, self.started, self.drawn = stream, progress, started, 0
+        self.last = 0.0
+
+    def rows(self) -> list[str]:
+        width = max(40, os.get_terminal_size(self.stream.fileno()).columns - 1) if self.stream.isatty() else 120
+        elapsed = time.monotonic() - self.started
+        out = []
+        for name, p in self.progress.items():
+            for platform, step in sorted(p.current.items()) or [("", "waiting")]:
+                head = f"[{name}{' ' + platform if platform else ''}] {elapsed:6.0f}s  {p.cache_hits:3} cached  "
+                out.append((head + step)[:width])
+        return out
+
+    def draw(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self.last < 0.25:
+            return
+        self.last = now
+        rows = self.rows()
+        with _print_lock:
+            if self.drawn:
+                self.stream.write(f"\x1b[{self.drawn}F")
+            for row in rows:
+                self.stream.write("\x1b[2K" + row + "\n")
+            self.stream.flush()
+        self.drawn = len(rows)
+
+
+def live_wanted(stream: IO[str] | None = None) -> bool:
+    stream = stream or sys.stderr
+    return stream.isatty() and not os.environ.get("CI") and os.environ.get("TERM") != "dumb"
+
+
+def run_bake(
+    cmd: list[str], *, targets: list[str], cwd: Path, env: dict[str, str], log_dir: Path, live: bool | None = None
+) -> BakeRun:
+    """Run one bake; give each output line to its target (log file, progress, live line)."""
     echo(cmd)
-    tail: deque[str] = deque(maxlen=60)
-    steps: set[str] = set()
-    cached: set[str] = set()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+    started = time.monotonic()
+    progress = {name: TargetProgress(name) for name in targets}
+    owners: dict[str, tuple[str | None, str]] = {}  # vertex id → (target or None, platform)
+    tail: deque[str] = deque(maxlen=80)
+    logs = _Logs(log_dir, targets)
+    live_lines = _LiveLines(sys.stderr, progress, started) if (live if live is not None else live_wanted()) else None
+    proc = subprocess.Popen(
+        cmd,
+        cwd=cwd,
+        env={**os.environ, **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        bufsize=1,
+    )
     try:
         assert proc.stdout is not None
-        for line in proc.stdout:
-            line = line.rstrip("\n")
+        for raw in proc.stdout:
+            line = raw.rstrip("\n")
             tail.append(line)
-            match = re.match(r"^#(\d+) (\[.*?\]|CACHED|DONE)", line)
-            if match:
-                if match.group(2).startswith("[") and "internal" not in match.group(2):
-                    steps.add(match.group(1))
-                elif match.group(2) == "CACHED":
-                    cached.add(match.group(1))
-            if line.strip():
-                say(f"[{prefix}] {line}")
+            owner, platform = _owner(line, owners, progress)
+            if owner is None and len(progress) == 1:
+                owner = targets[0]  # a lone target owns every line, step or not
+            logs.write([owner] if owner else list(progress), line)
+            if owner:
+                _account(progress[owner], line, platform)
+            if live_lines:
+                live_lines.draw()
+            elif line.strip():
+                say(f"[{owner or ','.join(targets)}] {line}")
         proc.wait()
     except BaseException:
         proc.terminate()
@@ -112,11 +229,72 @@ def stream_buildx(cmd: list[str], prefix: str) -> BuildxRun:
         except subprocess.TimeoutExpired:
             proc.kill()
         raise
-    return BuildxRun(proc.returncode, list(tail), len(cached & steps), len(steps))
+    finally:
+        logs.close()
+        if live_lines:
+            live_lines.draw(force=True)
+    if proc.returncode != 0 and not any(p.failed for p in progress.values()):
+        for p in progress.values():  # a failure no step owns (bad definition, builder gone): everyone's
+            p.failed = True
+            p.tail.extend(list(tail)[-15:])
+    return BakeRun(proc.returncode, progress, list(tail), time.monotonic() - started)
 
 
-def failure_reason(tail: list[str]) -> str:
+def _owner(line: str, owners: dict[str, tuple[str | None, str]], progress: dict[str, TargetProgress]):
+    match = _VERTEX.match(line)
+    if not match:
+        return None, ""
+    vertex = match.group(1)
+    name = match.group("name")
+    if name is not None:
+        words = name.split()
+        target = words.pop(0) if words and words[0] in progress and len(progress) > 1 else None
+        if target is None and len(progress) == 1:
+            target = next(iter(progress))
+        platform = words[0] if words and words[0].startswith("linux/") else ""
+        owners.setdefault(vertex, (target, platform))
+    return owners.get(vertex, (None, ""))
+
+
+def _account(progress: TargetProgress, line: str, platform: str) -> None:
+    match = _VERTEX.match(line)
+    progress.tail.append(line)
+    if not match:
+        progress.failed |= line.startswith("ERROR:")
+        return
+    vertex, name, word = match.group(1), match.group("name"), match.group("word")
+    if name is not None:
+        if "internal" not in name.split() and not name.startswith("context "):
+            progress.steps.add(vertex)
+            words = [w for w in name.split() if w != progress.name and not w.startswith("linux/")]
+            progress.current[platform] = f"[{' '.join(words)}] {line.split('] ', 1)[-1]}"[:200]
+    elif word == "CACHED":
+        progress.cached.add(vertex)
+    elif word == "ERROR" or line.split(" ", 2)[-1].startswith("ERROR:"):
+        progress.failed = True
+
+
+def failure_reason(tail: Iterable[str]) -> str:
+    tail = list(tail)
     for line in reversed(tail):
         if line.startswith("ERROR:") or "error:" in line.lower():
-            return re.sub(r"^#\d+ [\d.]+ ", "", line).strip()[:400]
+            line = re.sub(r"^#\d+ ([\d.]+ )?", "", line).strip()
+            # BuildKit quotes the whole RUN script; its first words and the cause are what matter.
+            line = re.sub(
+                r'process "(.{0,60}).*" (did not complete successfully: .*)$', r'process "\1…" \2', line, flags=re.S
+            )
+            return line[:400]
     return (tail[-1] if tail else "no output")[:400]
+
+
+__all__ = [
+    "RETRYABLE",
+    "BakeRun",
+    "TargetProgress",
+    "bake_command",
+    "check_builder",
+    "failure_reason",
+    "node_platforms",
+    "run_bake",
+    "say",
+]

@@ -6,14 +6,14 @@ insecure-registry rules, so what we report is what an operator's docker sees.
 
 from __future__ import annotations
 
+import io
 import json
 import tarfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from xcforge.errors import RegistryError
-from xcforge.shell import DOCKER, run
+from xcforge.errors import ConfigError, RegistryError
 
 INDEX_TYPES = {
     "application/vnd.oci.image.index.v1+json",
@@ -21,18 +21,28 @@ INDEX_TYPES = {
 }
 
 
-def _imagetools(args: list[str], *, quiet: bool = False) -> str:
-    proc = run([DOCKER, "buildx", "imagetools", "inspect", *args], capture=True, check=False, quiet=quiet)
-    if proc.returncode != 0:
-        message = (proc.stderr.decode(errors="replace").strip().splitlines() or ["no output"])[-1]
-        raise RegistryError(f"cannot inspect {args[-1]}: {message}")
-    return proc.stdout.decode()
+def _client(ref: str):
+    """One way of reading a registry: xcforge.oci's client (docker's credentials, http on loopback)."""
+    from xcforge.oci import RegistryClient, parse_reference
+
+    try:
+        parsed = parse_reference(ref)
+    except ConfigError as exc:
+        raise RegistryError(f"cannot inspect {ref}: {exc.message}") from None
+    return RegistryClient(parsed.registry, retries=2), parsed
+
+
+def _manifest(ref: str):
+    client, parsed = _client(ref)
+    try:
+        return client.get_manifest(parsed.repository, parsed.reference)
+    except RegistryError as exc:
+        raise RegistryError(f"cannot inspect {ref}: {exc.message}") from None
 
 
 def resolve_digest(ref: str) -> str:
     """The digest a reference points to (the index for multi-platform images)."""
-    data = json.loads(_imagetools(["--format", "{{json .Manifest}}", ref]))
-    return data["digest"]
+    return _manifest(ref).digest
 
 
 def exists(ref: str) -> bool:
@@ -71,7 +81,7 @@ def labels(ref: str) -> dict[str, dict[str, str]]:
 
 
 def raw(ref: str) -> dict:
-    return json.loads(_imagetools(["--raw", ref]))
+    return _manifest(ref).json()
 
 
 def is_attestation(descriptor: dict) -> bool:
@@ -107,6 +117,57 @@ def registry_platforms(repo: str, digest: str) -> dict[str, tuple[str, int]]:
         size = top.get("config", {}).get("size", 0) + sum(layer.get("size", 0) for layer in top.get("layers", []))
         return {"single": (digest, size)}
     return platform_manifests(top, lambda d: raw(f"{repo}@{d}"))
+
+
+def merge_archives(parts: list[Path], dest: Path) -> str:
+    """OCI archives of one image built per platform on different builders → one archive whose index
+    lists every part's platform and attestation manifests by digest (blobs copied once, unchanged,
+    so each platform keeps the digest its builder gave it). Returns the new index digest."""
+    import hashlib
+
+    manifests: list[dict] = []
+    annotations: dict = {}
+    layout_annotations: dict = {}
+    seen: set[str] = set()
+    with tarfile.open(dest, "w") as out:
+        for part in parts:
+            with tarfile.open(part) as tar:
+                layout = json.loads(tar.extractfile("index.json").read())  # type: ignore[union-attr]
+                top_descriptor = layout["manifests"][0]
+                top_name = "blobs/" + top_descriptor["digest"].replace(":", "/")
+                top = json.loads(tar.extractfile(top_name).read())  # type: ignore[union-attr]
+                if "manifests" in top:
+                    manifests += top["manifests"]
+                    annotations = annotations or top.get("annotations", {})
+                else:
+                    manifests.append({k: v for k, v in top_descriptor.items() if k != "annotations"})
+                layout_annotations = layout_annotations or top_descriptor.get("annotations", {})
+                for member in tar.getmembers():
+                    if not member.name.startswith("blobs/") or member.name in seen or member.isdir():
+                        continue
+                    if member.name == top_name and "manifests" in top:
+                        continue  # the part's own index is replaced by the merged one
+                    seen.add(member.name)
+                    out.addfile(member, tar.extractfile(member))
+        index = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json", "manifests": manifests}
+        if annotations:
+            index["annotations"] = annotations
+        data = json.dumps(index, separators=(",", ":")).encode()
+        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        descriptor = {"mediaType": index["mediaType"], "digest": digest, "size": len(data)}
+        if layout_annotations:
+            descriptor["annotations"] = layout_annotations
+        files = {
+            "blobs/" + digest.replace(":", "/"): data,
+            "oci-layout": b'{"imageLayoutVersion":"1.0.0"}',
+            "index.json": json.dumps({"schemaVersion": 2, "manifests": [descriptor]}).encode(),
+        }
+        for name, content in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(content)
+            info.mode = 0o644
+            out.addfile(info, io.BytesIO(content))
+    return digest
 
 
 class OciArchive:

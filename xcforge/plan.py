@@ -16,6 +16,7 @@ from typing import Literal
 
 from packaging.version import Version
 
+from xcforge.bake import named_contexts as named_contexts_for
 from xcforge.errors import ConfigError
 from xcforge.matrix import Matrix, Target
 from xcforge.render import REPO_ROOT
@@ -282,14 +283,10 @@ def make_plan(matrix: Matrix, target: Target, site: SiteConfig, options: BuildOp
             f"{matrix.path}: targets.{target.name}.plugin.source: {target.plugin.name} comes from a wheelhouse; "
             "pass --wheelhouse DIR (the vendor SDK's wheels) or set `wheelhouse` in --site"
         )
-    work = options.dist_dir / ".contexts"
-    named_contexts = {
-        "engine": work / "engine",  # the xcforge-engine wheel, built by the builder before each build
-        "support": matrix.images_dir / "support",
-        "wheels": wheelhouse if wheelhouse else work / "empty-wheelhouse",
-        # The engine sdist a source-empty target builds, fetched and hash-checked by the builder.
-        "sdists": work / "sdists" / target.name,
-    }
+    # The contexts docker-bake.hcl names (bake.named_contexts), with the site's wheelhouse if any.
+    named_contexts = named_contexts_for(matrix, target, options.dist_dir / ".contexts")
+    if wheelhouse:
+        named_contexts["wheels"] = wheelhouse
     secrets: list[SecretSource] = []
     if site.ca_bundle:
         secrets.append(SecretSource("ca.pem", "file", site.ca_bundle, f"extra CA bundle from {site.ca_bundle}"))

@@ -27,6 +27,8 @@ class PlatformResult:
     platform: str
     digest: str | None = None
     compressed_bytes: int | None = None
+    builder: str | None = None  # the buildx builder that built it ("default": the local engine's)
+    native: bool | None = None  # built on a node of this platform (else emulated with QEMU)
 
 
 @dataclass

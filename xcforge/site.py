@@ -29,6 +29,7 @@ STANDIN_SITE = REPO_ROOT / "sites" / "standin.yaml"
 SKIPPABLE_STEPS = ("plugin", "vendor-packages")
 # HOST[:PORT][/path]: what docker and the registry client accept as a repository prefix (a registry
 # to push to, a mirror's source or replacement prefix).
+BUILDER_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 REGISTRY_PREFIX_RE = re.compile(r"[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]{1,5})?(/[a-z0-9]+([._-][a-z0-9]+)*)*")
 
 
@@ -84,6 +85,10 @@ class SiteConfig(_Frozen):
     registry_cache: bool = True
     # Registry hosts reached over plain HTTP (127.0.0.0/8 always is).
     insecure_registries: tuple[str, ...] = ()
+    # platform → buildx builder, e.g. `linux/arm64: kunpeng-buildkit` (a native arm64 node); a
+    # platform not named is built by the current builder (QEMU where it is not native). One
+    # builder for several platforms may be a multi-node builder: buildx picks the node by platform.
+    builders: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("skip_steps")
     @classmethod
@@ -93,6 +98,19 @@ class SiteConfig(_Frozen):
             if len(parts) < 2 or parts[1] not in SKIPPABLE_STEPS:
                 raise ValueError(
                     f"{_shown(entry)}: write target:step[:platform] with step one of {', '.join(SKIPPABLE_STEPS)}"
+                )
+        return v
+
+    @field_validator("builders")
+    @classmethod
+    def _builders(cls, v: dict[str, str]) -> dict[str, str]:
+        for platform, builder in v.items():
+            if not re.fullmatch(r"linux/(amd64|arm64)", platform):
+                raise ValueError(f"{_shown(platform)}: write a platform, linux/amd64 or linux/arm64")
+            if not BUILDER_NAME_RE.fullmatch(builder):
+                raise ValueError(
+                    f"{platform}: {_shown(builder)} is not a buildx builder name (letters, digits, . _ -); "
+                    "see `docker buildx ls`"
                 )
         return v
 

@@ -81,6 +81,7 @@ def project(tmp_path: Path) -> Path:
     root = tmp_path / "project"
     root.mkdir()
     shutil.copy(REPO / "matrix.yaml", root / "matrix.yaml")
+    shutil.copy(REPO / "docker-bake.hcl", root / "docker-bake.hcl")
     shutil.copytree(REPO / "templates", root / "templates")
     shutil.copytree(
         REPO / "images", root / "images", ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__")

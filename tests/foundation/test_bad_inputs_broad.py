@@ -682,6 +682,9 @@ def _site(id: str, content: Any, says: str, *, argv: list[str] | None = None, se
 
 
 SITE_CASES = [
+    _site("builders-platform", {"builders": {"linux/riscv64": "rv"}}, "write a platform, linux/amd64 or linux/arm64"),
+    _site("builders-name", {"builders": {"linux/arm64": "-kunpeng;rm"}}, "is not a buildx builder name"),
+    _site("builders-list", {"builders": ["kunpeng"]}, "builders: input should be a valid dictionary"),
     _site(
         "mirror-scheme",
         {"mirrors": {"docker.io": "https://harbor.example/docker"}},
@@ -810,7 +813,7 @@ CLI_CASES = [
     # build
     Case("build-no-target", [*B, "--dry-run"], 2, "name a target with --target NAME"),
     Case("build-target-no-value", [*B, "--target"], 2, "--target"),
-    Case("build-jobs-zero", [*B, "--target", "cpu", "-j", "0"], 2, "--jobs must be at least 1"),
+    Case("build-builder-space", [*B, "--target", "cpu", "--builder", "my builder"], 2, "not a buildx builder name"),
     Case("build-jobs-word", [*B, "--target", "cpu", "--jobs", "many"], 2, "--jobs"),
     Case("build-sign-no-push", [*B, "--target", "cpu", "--sign"], 2, "--sign signs pushed digests only"),
     Case("build-push-no-registry", [*B, "--target", "cpu", "--push"], 2, "--push needs a registry"),

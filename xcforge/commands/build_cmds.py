@@ -9,12 +9,13 @@ import argparse
 import sys
 from pathlib import Path
 
+from xcforge import bake
 from xcforge.commands._targets import add_target_arguments, selected_targets
 from xcforge.errors import ConfigError
 from xcforge.matrix import load_matrix
 from xcforge.plan import DIST_DIR, BuildOptions, make_plan
 from xcforge.render import render_target
-from xcforge.site import load_site
+from xcforge.site import BUILDER_NAME_RE, load_site
 from xcforge.verification import lock_level, lock_status
 
 
@@ -43,7 +44,10 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     parser.add_argument("--wheelhouse", type=Path, help="directory of wheels offered to pip (air-gapped, vendor SDKs)")
     parser.add_argument("--force", action="store_true", help="rebuild even when the fingerprint is unchanged")
     parser.add_argument("--keep-going", action="store_true", help="with several targets: go on after a failure")
-    parser.add_argument("--jobs", "-j", type=int, default=1, help="targets built in parallel (default 1)")
+    parser.add_argument(
+        "--builder",
+        help="buildx builder for every platform (default: the site's `builders` map, else the current builder)",
+    )
     parser.add_argument("--dist", type=Path, default=DIST_DIR, help="where archives and reports go (default dist/)")
     parser.add_argument("--smoke", action="store_true", help="smoke-test each built image")
     parser.add_argument("--sign", action="store_true", help="sign each pushed digest (needs --push and keys)")
@@ -51,6 +55,18 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     parser.add_argument("--cosign-key", type=Path, help="cosign ECDSA P-256 private key for --sign")
     parser.add_argument("--keyless", action="store_true", help="also sign keyless with Sigstore (GitHub OIDC)")
     parser.set_defaults(func=run_build)
+
+    contexts = subparsers.add_parser(
+        "contexts",
+        parents=[common],
+        help="prepare the named build contexts docker-bake.hcl names (engine wheel, engine sdists)",
+        description="Fill dist/.contexts so that `docker buildx bake -f docker-bake.hcl TARGET` builds without "
+        "xcforge.",
+    )
+    add_target_arguments(contexts)
+    contexts.add_argument("--site", type=Path, help="site config (package index for the sdists)")
+    contexts.add_argument("--dist", type=Path, default=DIST_DIR, help=argparse.SUPPRESS)
+    contexts.set_defaults(func=run_contexts)
 
     merge = subparsers.add_parser(
         "merge",
@@ -111,8 +127,8 @@ def _check_key_file(flag: str, path: Path | None) -> None:
 
 
 def _options(args: argparse.Namespace) -> BuildOptions:
-    if args.jobs < 1:
-        raise ConfigError("--jobs must be at least 1")
+    if args.builder is not None and not BUILDER_NAME_RE.fullmatch(args.builder):
+        raise ConfigError(f"--builder {args.builder!r}: not a buildx builder name (letters, digits, . _ -)")
     _check_dist(args.dist)
     _check_key_file("--sm2-key", args.sm2_key)
     _check_key_file("--cosign-key", args.cosign_key)
@@ -145,13 +161,14 @@ def run_build(args: argparse.Namespace) -> int:
             print(f"# ---- Dockerfile ({plan.dockerfile}):")
             sys.stdout.write(render_target(matrix, plan.target).text)
         return 0
-    from xcforge.builder import BuildRequest, run_builds
+    from xcforge.builder import BuildRequest
+    from xcforge.pipeline import run_builds
 
     request = BuildRequest(
         matrix=matrix,
         plans=plans,
         options=options,
-        jobs=args.jobs,
+        builder=args.builder,
         keep_going=args.keep_going,
         smoke=args.smoke,
         sign=args.sign,
@@ -160,6 +177,22 @@ def run_build(args: argparse.Namespace) -> int:
         keyless=args.keyless,
     )
     return run_builds(request)
+
+
+def run_contexts(args: argparse.Namespace) -> int:
+    from xcforge.builder import _prepare_contexts
+
+    matrix, targets = selected_targets(args)
+    site = load_site(args.site)
+    plans = [make_plan(matrix, target, site, BuildOptions(dist_dir=args.dist)) for target in targets]
+    engine_dir, _ = _prepare_contexts(matrix, plans)
+    for target in targets:  # what the committed file names, also where the site replaces it
+        for path in bake.named_contexts(matrix, target, args.dist / ".contexts").values():
+            path.mkdir(parents=True, exist_ok=True)
+    print(f"engine wheel: {engine_dir}")
+    for plan in plans:
+        print(f"{plan.target.name}: contexts ready; docker buildx bake -f docker-bake.hcl {plan.target.name}")
+    return 0
 
 
 def run_merge(args: argparse.Namespace) -> int:
@@ -171,4 +204,4 @@ def run_merge(args: argparse.Namespace) -> int:
     _check_dist(args.dist)
     options = BuildOptions(registry=args.registry, push=True, dist_dir=args.dist)
     plan = make_plan(matrix, target, site, options)
-    return merge_digests(plan, args.digest)
+    return merge_digests(matrix, plan, args.digest)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from xcforge import bake
 from xcforge.commands._drift import report_drift
 from xcforge.commands._targets import add_target_arguments, selected_targets
 from xcforge.render import write_or_check
@@ -11,7 +12,9 @@ from xcforge.render import write_or_check
 
 def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     parser = subparsers.add_parser(
-        "render", parents=[common], help="write images/<target>/Dockerfile from templates (--check: fail on drift)"
+        "render",
+        parents=[common],
+        help="write images/<target>/Dockerfile and docker-bake.hcl from the matrix (--check: fail on drift)",
     )
     add_target_arguments(parser)
     parser.add_argument("--check", action="store_true", help="change nothing; exit 4 if a committed file is stale")
@@ -20,5 +23,7 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
 
 def run(args: argparse.Namespace) -> int:
     matrix, targets = selected_targets(args)
-    results = write_or_check(matrix, targets, check=args.check)
-    return report_drift(results, what="committed Dockerfiles", fix="python build.py render --all", root=matrix.root)
+    results = [*write_or_check(matrix, targets, check=args.check), bake.write_or_check(matrix, check=args.check)]
+    return report_drift(
+        results, what="committed Dockerfiles and bake file", fix="python build.py render --all", root=matrix.root
+    )

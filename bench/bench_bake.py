@@ -1,0 +1,108 @@
+"""Orchestration overhead: xcforge's cached `--force` build next to a plain `docker buildx bake` of the
+same files, side by side, one machine, one run each per repeat.
+
+    .venv/bin/python bench/bench_bake.py [--target mlu] [--repeats 3]
+
+Per target (default mlu and ascend, stand-in bases with the engine steps skipped, archive output:
+the embedded default):
+
+0. prime: `build.py --target T --site sites/skeleton.yaml --dist TMP --force` (caches warm, and it
+   leaves the two bake files it ran: docker-bake.hcl and TMP/bake/run-default-1.json);
+1. xcforge: the same command again (wall time of the process: plan, base check, contexts, bake,
+   SBOM/provenance, archive, report);
+2. plain: `docker buildx bake -f docker-bake.hcl -f TMP/bake/run-default-1.json T`, the very
+   definition xcforge ran, with the same two outputs (the OCI archive and the engine's image store).
+
+Repeats alternate the order (xcforge first, then plain first) so neither always runs warmer.
+Overhead = (xcforge - plain) / plain of the medians. Writes bench/results/bench_bake.json; prints a
+Markdown table (docs/benchmarks.md §2e).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from _common import REPO, load_note, log, markdown_table, measuring, write_results
+
+SITE = REPO / "sites" / "skeleton.yaml"
+
+
+def _xcforge(target: str, dist: Path) -> tuple[float, str]:
+    cmd = [sys.executable, str(REPO / "build.py"), "--target", target, "--site", str(SITE), "--dist", str(dist)]
+    started = time.monotonic()
+    proc = subprocess.run([*cmd, "--force"], capture_output=True, text=True, cwd=REPO)
+    elapsed = time.monotonic() - started
+    if proc.returncode != 0:
+        raise SystemExit(f"xcforge build of {target} failed:\n{proc.stderr[-2000:]}")
+    return elapsed, proc.stderr
+
+
+def _plain(target: str, dist: Path) -> float:
+    run_file = dist / "bake" / "run-default-1.json"
+    cmd = ["docker", "buildx", "bake", "--progress=quiet", "-f", "docker-bake.hcl", "-f", str(run_file), target]
+    started = time.monotonic()
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
+    elapsed = time.monotonic() - started
+    if proc.returncode != 0:
+        raise SystemExit(f"plain bake of {target} failed:\n{proc.stderr[-2000:]}")
+    for partial in dist.glob("*.partial"):
+        partial.unlink()
+    return elapsed
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--target", action="append", default=[])
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    targets = args.target or ["mlu", "ascend"]
+    phases: list[dict[str, object]] = []
+    rows, results = [], {}
+    for target in targets:
+        with tempfile.TemporaryDirectory(prefix="xcforge-bench-bake-") as tmp:
+            dist = Path(tmp) / "dist"
+            log(f"{target}: prime")
+            _xcforge(target, dist)
+            ours: list[float] = []
+            plain: list[float] = []
+            sbom: list[float] = []
+            with measuring(phases, f"{target} side by side", limit_s=20 * 60):
+                for repeat in range(args.repeats):
+                    order = ("xcforge", "plain") if repeat % 2 == 0 else ("plain", "xcforge")
+                    for which in order:
+                        if which == "xcforge":
+                            elapsed, stderr = _xcforge(target, dist)
+                            ours.append(elapsed)
+                            found = re.search(r"SBOMs and provenance written in ([\d.]+) s", stderr)
+                            sbom.append(float(found.group(1)) if found else 0.0)
+                        else:
+                            plain.append(_plain(target, dist))
+                    log(f"{target} #{repeat + 1}: xcforge {ours[-1]:.2f} s, plain bake {plain[-1]:.2f} s")
+            med_ours, med_plain = statistics.median(ours), statistics.median(plain)
+            overhead = (med_ours - med_plain) / med_plain
+            results[target] = {"xcforge_s": ours, "plain_bake_s": plain, "sbom_s": sbom, "overhead": overhead}
+            rows.append(
+                [
+                    target,
+                    f"{med_plain:.2f} s",
+                    f"{med_ours:.2f} s",
+                    f"{overhead * 100:+.1f} %",
+                    f"{statistics.median(sbom):.2f} s",
+                ]
+            )
+    header = ["target", "plain bake (median)", "xcforge (median)", "overhead", "of which SBOM/provenance"]
+    print(markdown_table(header, rows))
+    print(f"\n{args.repeats} repeats each, alternating order; {load_note(phases)}")
+    write_results("bench_bake", {"repeats": args.repeats, "targets": results, "phases": phases})
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

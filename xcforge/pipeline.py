@@ -1,0 +1,82 @@
+"""The stage order of a build run, in one place: check → contexts → build → record → sign → smoke → report.
+
+Each stage is a function of the results of the one before; none of them imports a later one.
+The standalone `sign` and `smoke` commands call the same stage functions on recorded results.
+"""
+
+from __future__ import annotations
+
+from xcforge import ci
+from xcforge.builder import BuildRequest, _check_rendered, _prepare_contexts, build_all
+from xcforge.buildx import check_builder, say
+from xcforge.docker_env import check_docker
+from xcforge.errors import BuildFailed, ConfigError
+from xcforge.publish import record_builds, sign_results
+from xcforge.report import merge_into_report, print_table, write_reports
+from xcforge.sbom import preload
+from xcforge.smoke import smoke_results
+
+
+def _check_builders(request: BuildRequest) -> None:
+    """Every named builder answers before anything is built (or pushed)."""
+    wanted: dict[str, set[str]] = {}
+    for plan in request.plans:
+        for platform, builder in request.builders_for(plan).items():
+            if builder:
+                wanted.setdefault(builder, set()).add(platform)
+    for builder, platforms in sorted(wanted.items()):
+        problem = check_builder(builder, platforms)
+        if problem:
+            raise ConfigError(
+                f"builder {builder} (for {', '.join(sorted(platforms))}) is not usable: {problem}; "
+                "create it with `docker buildx create --name " + builder + " ...` or fix `builders` in the site"
+            )
+        native = ", ".join(request.node_platforms(builder)) or "?"
+        say(f"builder {builder}: {native} native, for {', '.join(sorted(platforms))}")
+
+
+def run_builds(request: BuildRequest) -> int:
+    plans = request.plans
+    for plan in plans:
+        if plan.blockers:
+            raise ConfigError("\n".join(plan.blockers))
+    _check_rendered(request.matrix, plans)
+    env = check_docker()
+    say(f"docker {env.server_version}, buildx {'.'.join(map(str, env.buildx_version))}, native {env.native_platform}")
+    _check_builders(request)
+    _, engine_hash = _prepare_contexts(request.matrix, plans)
+
+    preload()  # the SBOM libraries load while BuildKit builds
+    results = build_all(request, engine_hash)
+    failed = False
+    for result in results:
+        if result.error:
+            failed = True
+            ci.annotate_error(result.error)
+
+    record_builds(results, request.options.dist_dir)
+    if request.sign and not failed:
+        failed |= not sign_results(results, request)
+    if request.smoke and not failed:
+        failed |= not smoke_results(results, request)
+
+    all_results = merge_into_report(results, request.options.dist_dir)
+    json_path, md_path = write_reports(all_results, request.options.dist_dir)
+    print_table(results)
+    say(f"report: {json_path} and {md_path}")
+    for result in results:
+        if result.digest:
+            print(f"{result.target} {result.image_repo}@{result.digest}")
+    if any(r.error for r in results):
+        first = next(r for r in results if r.error)
+        count = sum(1 for r in results if r.error)
+        error = BuildFailed(f"{count} of {len(plans)} target(s) failed; first: {first.error.splitlines()[0]}")
+        # The first failure's own exit code (6 for a registry, 7 for signing...) tells CI what broke.
+        error.exit_code = first.error_code or BuildFailed.exit_code
+        raise error
+    if failed:
+        return 9
+    return 0
+
+
+__all__ = ["run_builds"]
