@@ -13,7 +13,6 @@ push modes also attach the raw SBOM in the registry.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import tarfile
@@ -48,55 +47,43 @@ def attestation_dir(archive: Path) -> Path:
     return archive.with_name(archive.name.removesuffix(".partial") + ".attestations")
 
 
-def _inventory_key(platform: str, layers: list[dict]) -> str:
-    """Layers are content-addressed: the same layers hold the same files, hence the same packages.
-    The key also covers sbom.py itself, so a change in how packages are read invalidates it."""
-    source = Path(sbom.__file__).read_bytes()
-    material = json.dumps([platform, [layer["digest"] for layer in layers], hashlib.sha256(source).hexdigest()])
-    return hashlib.sha256(material.encode()).hexdigest()
+def _layer_cache_key(layer: dict) -> str:
+    """Layers are content-addressed: one digest, one set of files. The key also covers sbom.py
+    itself, so a change in what is read from a layer invalidates what was kept."""
+    source = hashlib.sha256(Path(sbom.__file__).read_bytes()).hexdigest()[:16]
+    return f"{layer['digest'].replace(':', '-')}-{source}"
 
 
-def _cached_inventory(cache: Path | None, key: str) -> sbom.Inventory | None:
-    path = cache / f"{key}.json" if cache else None
-    if not path or not path.exists():
-        return None
-    try:
-        data = json.loads(path.read_text())
-        packages = [sbom.Package(**{**p, "licenses": tuple(p["licenses"])}) for p in data.pop("packages")]
-        return sbom.Inventory(**data, packages=packages)
-    except (ValueError, TypeError, KeyError):
-        return None  # an unreadable entry is rebuilt
-
-
-def _store_inventory(cache: Path | None, key: str, inventory: sbom.Inventory) -> None:
-    if not cache:
-        return
-    cache.mkdir(parents=True, exist_ok=True)
-    tmp = cache / f"{key}.json.tmp"
-    tmp.write_text(json.dumps(dataclasses.asdict(inventory)))
-    tmp.replace(cache / f"{key}.json")
+def _layer_entries(reader, tar: tarfile.TarFile, layer: dict, cache: Path | None) -> sbom.LayerEntries:
+    """One layer's SBOM-relevant entries, from `cache` when this layer was read before (a cached
+    rebuild changes only its top layers)."""
+    path = cache / f"{_layer_cache_key(layer)}.json" if cache else None
+    if path and path.exists():
+        try:
+            return sbom.LayerEntries.from_json(path.read_text())
+        except (ValueError, TypeError, KeyError):
+            pass  # an unreadable entry is read again
+    entries = sbom.read_layer(reader.open_blob(tar, layer["digest"]), layer["mediaType"])
+    if path:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(entries.to_json())
+        tmp.replace(path)
+    return entries
 
 
 def write_attestations(
     archive: Path, out: Path, repository: str, *, cache: Path | None = None
 ) -> list[PlatformAttestations]:
     """SBOM and provenance of every platform in `archive` (an OCI-layout tar), written under `out`.
-    With `cache`, a platform whose layers were read before is not read again (a cached rebuild
-    gives new manifests over the same layers)."""
+    With `cache` (a directory), each layer is read once: what it holds is kept by its digest."""
     reader = image_inspect.OciArchive(archive)
     written = []
     try:
         with tarfile.open(archive) as tar:
             for image in reader.platform_images(tar):
-                key = _inventory_key(image.platform, image.manifest["layers"])
-                inventory = _cached_inventory(cache, key)
-                if inventory is None:
-                    layers = (
-                        (reader.open_blob(tar, layer["digest"]), layer["mediaType"])
-                        for layer in image.manifest["layers"]
-                    )
-                    inventory = sbom.inventory(sbom.apply_layers(layers), image.platform)
-                    _store_inventory(cache, key, inventory)
+                layers = (_layer_entries(reader, tar, layer, cache) for layer in image.manifest["layers"])
+                inventory = sbom.inventory(sbom.merge_layers(layers), image.platform)
                 subject = sbom.Subject(repository, image.digest, image.platform, str(image.config.get("created", "")))
                 document = sbom.document(inventory, subject)
                 sbom_path = out / sbom.file_name(image.platform)

@@ -325,6 +325,7 @@ def _bake_on(builder: str | None, pendings: list[_Pending], request: BuildReques
                 env=bake.variables(remaining[0].build_args),
                 log_dir=request.options.dist_dir / "logs",
             )
+        say(f"[{label}] bake finished in {outcome.duration_s:.2f} s (exit {outcome.returncode})")
         for pending in remaining:
             progress = outcome.targets[pending.plan.target.name]
             pending.result.cache_hits += progress.cache_hits
@@ -455,7 +456,7 @@ def _finish(
     result.platforms = [PlatformResult(p, d, s) for p, (d, s) in sorted(archive.platforms().items())]
     say(f"[{plan.target.name}] reading each platform's package databases for its SBOM")
     sbom_started = time.monotonic()
-    cache = plan.dist_dir / ".cache" / "sbom-inventory"
+    cache = plan.dist_dir / ".cache" / "sbom-layers"
     written = write_attestations(partial, _attestation_dir(plan), plan.image_repo, cache=cache)
     result.attestations = [w.as_dict() for w in written]
     for entry in written:

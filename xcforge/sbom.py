@@ -18,6 +18,7 @@ is written. Its serial number is derived from the image digest and its timestamp
 
 from __future__ import annotations
 
+import base64
 import json
 import posixpath
 import re
@@ -68,50 +69,80 @@ def _open_layer(blob: IO[bytes], media_type: str) -> tarfile.TarFile:
     return tarfile.open(fileobj=blob, mode=mode)
 
 
-def apply_layers(layers: Iterable[tuple[IO[bytes], str]]) -> dict[str, bytes]:
+@dataclass
+class LayerEntries:
+    """What one layer says about the files `_wanted` keeps: its own paths (which hide lower ones),
+    whiteouts, opaque directories, file contents and hard links. Small, and a function of the
+    layer's bytes alone, so it can be kept by layer digest."""
+
+    replaced: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    opaque: list[str] = field(default_factory=list)
+    added: dict[str, bytes] = field(default_factory=dict)
+    links: dict[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        doc = {**vars(self), "added": {k: base64.b64encode(v).decode() for k, v in self.added.items()}}
+        return json.dumps(doc)
+
+    @classmethod
+    def from_json(cls, text: str) -> LayerEntries:
+        doc = json.loads(text)
+        doc["added"] = {k: base64.b64decode(v) for k, v in doc["added"].items()}
+        return cls(**doc)
+
+
+def read_layer(blob: IO[bytes], media_type: str) -> LayerEntries:
+    entries = LayerEntries()
+    try:
+        with _open_layer(blob, media_type) as tar:
+            for member in tar:
+                path = posixpath.normpath(member.name.lstrip("./")) if member.name not in (".", "./") else ""
+                base = posixpath.basename(path)
+                if base == ".wh..wh..opq":
+                    entries.opaque.append(posixpath.dirname(path))
+                    continue
+                if base.startswith(".wh."):
+                    entries.removed.append(posixpath.join(posixpath.dirname(path), base[4:]))
+                    continue
+                if not _wanted(path):
+                    continue  # only wanted paths are ever in the merged view, so only they can be hidden
+                entries.replaced.append(path)
+                if member.isdir():
+                    continue
+                if member.islnk():
+                    entries.links[path] = posixpath.normpath(member.linkname.lstrip("./"))
+                elif member.isfile() and member.size <= _MAX_FILE:
+                    handle = tar.extractfile(member)
+                    if handle is not None:
+                        entries.added[path] = handle.read()
+    except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
+        raise ConfigError(f"an image layer is not a readable tar ({exc}); rebuild the image") from exc
+    return entries
+
+
+def merge_layers(layers: Iterable[LayerEntries]) -> dict[str, bytes]:
     """The files `_wanted` keeps, as the image's merged filesystem has them (OCI layer rules)."""
     files: dict[str, bytes] = {}
-    for blob, media_type in layers:
-        replaced: list[str] = []  # this layer's own entries: they hide the same path below
-        removed: list[str] = []  # whiteouts: the path and everything under it
-        opaque: list[str] = []  # opaque directories: everything under them from lower layers
-        added: dict[str, bytes] = {}
-        links: dict[str, str] = {}
-        try:
-            with _open_layer(blob, media_type) as tar:
-                for member in tar:
-                    path = posixpath.normpath(member.name.lstrip("./")) if member.name not in (".", "./") else ""
-                    base = posixpath.basename(path)
-                    if base == ".wh..wh..opq":
-                        opaque.append(posixpath.dirname(path))
-                        continue
-                    if base.startswith(".wh."):
-                        removed.append(posixpath.join(posixpath.dirname(path), base[4:]))
-                        continue
-                    replaced.append(path)
-                    if not _wanted(path) or member.isdir():
-                        continue
-                    if member.islnk():
-                        links[path] = posixpath.normpath(member.linkname.lstrip("./"))
-                    elif member.isfile() and member.size <= _MAX_FILE:
-                        handle = tar.extractfile(member)
-                        if handle is not None:
-                            added[path] = handle.read()
-        except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
-            raise ConfigError(f"an image layer is not a readable tar ({exc}); rebuild the image") from exc
-        for gone in [*replaced, *removed]:
+    for layer in layers:
+        for gone in [*layer.replaced, *layer.removed]:
             files.pop(gone, None)
-        for prefix in [*removed, *opaque]:
+        for prefix in [*layer.removed, *layer.opaque]:
             if not prefix:
                 continue
             for path in [p for p in files if p.startswith(prefix + "/")]:
                 del files[path]
-        for path, target in links.items():
+        added = dict(layer.added)
+        for path, target in layer.links.items():
             content = added.get(target, files.get(target))
             if content is not None:
                 added[path] = content
         files.update(added)
     return files
+
+
+def apply_layers(layers: Iterable[tuple[IO[bytes], str]]) -> dict[str, bytes]:
+    return merge_layers(read_layer(blob, media_type) for blob, media_type in layers)
 
 
 # ------------------------------------------------------------------------------------------ databases
