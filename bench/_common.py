@@ -26,7 +26,7 @@ RESULTS = REPO / "bench" / "results"
 if str(REPO) not in sys.path:  # `python bench/x.py` puts bench/ first on the path, not the checkout
     sys.path.insert(0, str(REPO))
 
-from xcforge.report import format_bytes as fmt_bytes  # noqa: E402, F401  (re-exported; after sys.path)
+from xcforge.report.results import format_bytes as fmt_bytes  # noqa: E402, F401  (re-exported; after sys.path)
 
 BUSY_PATTERN = "pytest|buildx build|buildx bake"
 REGISTRY = os.environ.get("XCFORGE_BENCH_REGISTRY", "127.0.0.1:5000")

@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/bench_sbom.py dist/<target>-….oci.tar [more archives]
 
-Times `xcforge.attestations.write_attestations` (gunzip of every layer, the dpkg and dist-info
+Times `xcforge.attest.attestations.write_attestations` (gunzip of every layer, the dpkg and dist-info
 files kept, CycloneDX serialization and schema validation) per archive, three runs each, into a
 throw-away directory. Writes bench/results/bench_sbom.json and prints a Markdown table.
 """
@@ -20,7 +20,7 @@ from _common import REPO, fmt_bytes, fmt_time, log, markdown_table, write_result
 
 sys.path.insert(0, str(REPO))
 
-from xcforge.attestations import write_attestations
+from xcforge.attest.attestations import write_attestations
 
 
 def main() -> int:

@@ -7,7 +7,7 @@ Without --image, the cpu image is built (or found unchanged by its fingerprint) 
 `build.py --target cpu --site sites/standin.yaml --registry 127.0.0.1:5000/xcforge-bench --push
 --platform linux/amd64 --dist TMP` — several minutes the first time (real vLLM install).
 
-Measures, using xcforge.smoke's own `tiny_model`, `served` and `wait_healthy` (the serve smoke
+Measures, using xcforge.smoke.checks's own `tiny_model`, `served` and `wait_healthy` (the serve smoke
 test's container: a 127.0.0.1 port, the target's --shm-size, VLLM_CPU_KVCACHE_SPACE=1 (GiB of
 KV cache), --max-model-len 512):
 
@@ -58,10 +58,10 @@ from _common import (
     write_results,
 )
 
-from xcforge import image_inspect
-from xcforge.docker_env import check_docker
-from xcforge.matrix import load_matrix
-from xcforge.smoke import SmokeSubject, served, tiny_model, wait_healthy
+from ocicore import layout as image_inspect
+from xcforge.build.docker_env import check_docker
+from xcforge.config.matrix import load_matrix
+from xcforge.smoke.checks import SmokeSubject, served, tiny_model, wait_healthy
 
 PROMPT = "The quick brown fox jumps over the lazy dog. Tell me a story about a container:"
 CPU_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1"}  # what the serve smoke test gives the cpu image

@@ -12,7 +12,7 @@ Measures, each as median and p95 over N runs (after one untimed warm-up call):
    (gmssl's pure-Python SM3, which signatures and the audit chain use, next to OpenSSL's).
 2. ECDSA P-256 / SHA-256 sign / verify (cosign keys, through `cryptography`).
 3. `sign_digest` (SM2 + cosign, both signatures pushed), the same again (a no-op: already signed)
-   and `verify_image` against the local registry, on small synthetic images pushed with xcforge.oci
+   and `verify_image` against the local registry, on small synthetic images pushed with ocicore.registry
    under 127.0.0.1:5000/xcforge-bench/signing (one new image per run).
 4. The audit log: appending 10 000 entries (each append locks, fsyncs and rewrites the head file)
    and verifying the whole chain.
@@ -48,6 +48,7 @@ from _common import (
 from cryptography.hazmat.primitives import hashes
 from gmssl import sm3 as gmssl_sm3
 
+from ocicore.registry import OCI_CONFIG, OCI_MANIFEST, Reference, RegistryClient, canonical_json, sha256_digest
 from signing import sm2
 from signing.audit import AuditLog, verify_audit_log
 from signing.cosign_keys import CosignPrivateKey
@@ -56,7 +57,6 @@ from signing.sign import sign_digest
 from signing.sm2_keys import Sm2PrivateKey
 from signing.sm3 import sm3
 from signing.verify import verify_image
-from xcforge.oci import OCI_CONFIG, OCI_MANIFEST, Reference, RegistryClient, canonical_json, sha256_digest
 
 DISTID = sm2.DEFAULT_DIST_ID.decode()
 SAMPLE_DIGEST = "sha256:" + hashlib.sha256(b"xcforge bench").hexdigest()

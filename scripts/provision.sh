@@ -427,21 +427,21 @@ build_bases() {
         say "stand-in bases" "skipped (no .venv; run without --no-python)"
         return
     fi
-    if [[ ! -f $REPO_ROOT/matrix.yaml ]] || ! (cd "$REPO_ROOT" && "$py" -c 'import xcforge.matrix' 2>/dev/null); then
-        say "stand-in bases" "skipped (matrix.yaml or xcforge.matrix not there yet)"
+    if [[ ! -f $REPO_ROOT/matrix.yaml ]] || ! (cd "$REPO_ROOT" && "$py" -c 'import xcforge.config.matrix' 2>/dev/null); then
+        say "stand-in bases" "skipped (matrix.yaml or xcforge.config.matrix not there yet)"
         return
     fi
     local started=$SECONDS summary rc=0
     if [[ -n $check ]]; then
-        summary=$(cd "$REPO_ROOT" && "$py" -m xcforge.standin --registry "$XCFORGE_REGISTRY" --matrix matrix.yaml --check 2>/dev/null) || rc=$?
+        summary=$(cd "$REPO_ROOT" && "$py" -m xcforge.provision.standin --registry "$XCFORGE_REGISTRY" --matrix matrix.yaml --check 2>/dev/null) || rc=$?
         say "stand-in bases" "${summary##*$'\n'}"
         return
     fi
-    printf '+ python -m xcforge.standin --registry %s --matrix matrix.yaml\n' "$XCFORGE_REGISTRY" >>"$PROVISION_LOG"
+    printf '+ python -m xcforge.provision.standin --registry %s --matrix matrix.yaml\n' "$XCFORGE_REGISTRY" >>"$PROVISION_LOG"
     # Its progress lines (which image, rootfs or build, elapsed seconds) come here on fd 3; the
     # commands' own output goes to the log; the summary is its last stdout line.
     {
-        summary=$(cd "$REPO_ROOT" && XCFORGE_PROGRESS_FD=3 "$py" -m xcforge.standin --registry "$XCFORGE_REGISTRY" \
+        summary=$(cd "$REPO_ROOT" && XCFORGE_PROGRESS_FD=3 "$py" -m xcforge.provision.standin --registry "$XCFORGE_REGISTRY" \
             --matrix matrix.yaml 2>>"$PROVISION_LOG") || rc=$?
     } 3>&1
     if ((rc)); then
@@ -452,7 +452,7 @@ build_bases() {
     say "stand-in bases" "${summary##*$'\n'} ($((SECONDS - started)) s)"
     # Vendor bases cannot be pulled here: make the stand-in site this checkout's default, so a plain
     # `python build.py --target cpu` works (reports say "stand-in"); --site/$XCFORGE_SITE still win.
-    (cd "$REPO_ROOT" && "$py" -m xcforge.site >/dev/null)
+    (cd "$REPO_ROOT" && "$py" -m xcforge.config.site >/dev/null)
     say "site default" ".xcforge/site.yaml (stand-in mirrors; --site or \$XCFORGE_SITE override it)"
 }
 
@@ -550,7 +550,7 @@ plan_debian() {
         say "python" "python3 -m venv .venv; pip install -e .[dev]"
     fi
     if ((WANT_BASES)); then
-        say "stand-in bases" "python -m xcforge.standin: mmdebstrap bookworm from this machine's own Debian apt sources"
+        say "stand-in bases" "python -m xcforge.provision.standin: mmdebstrap bookworm from this machine's own Debian apt sources"
     fi
 }
 

@@ -28,6 +28,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ocicore.registry import (
+    OCI_EMPTY,
+    OCI_EMPTY_BLOB,
+    OCI_MANIFEST,
+    RegistryClient,
+    RegistryError,
+    canonical_json,
+    is_digest,
+    sha256_digest,
+)
 from signing import cosign_format, sm2, sm2_format
 from signing.cosign_keys import CosignPublicKey
 from signing.signers import Signer
@@ -41,16 +51,6 @@ from signing.store import (
     read_manifest,
     signature_config_blob,
     write_detached_doc,
-)
-from xcforge.oci import (
-    OCI_EMPTY,
-    OCI_EMPTY_BLOB,
-    OCI_MANIFEST,
-    RegistryClient,
-    RegistryError,
-    canonical_json,
-    is_digest,
-    sha256_digest,
 )
 
 IN_TOTO_PAYLOAD_TYPE = "application/vnd.in-toto+json"

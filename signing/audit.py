@@ -45,8 +45,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from ocicore.errors import ConfigError, VerificationFailed
 from signing.sm3 import sm3_hex
-from xcforge.errors import ConfigError, VerificationFailed
 
 DEFAULT_AUDIT_LOG = Path("dist/audit.log.jsonl")
 GENESIS = "0" * 64

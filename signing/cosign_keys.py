@@ -22,9 +22,9 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.kdf.scrypt import Scrypt
 
+from ocicore.errors import SigningError
 from signing import secretbox
 from signing.pem import armor, is_pem, read_blocks
-from xcforge.errors import SigningError
 
 SIGSTORE_LABELS = ("ENCRYPTED SIGSTORE PRIVATE KEY", "ENCRYPTED COSIGN PRIVATE KEY")
 # cosign 2.5 writes N=65536, r=8, p=1; older releases wrote N=32768. Anything above 2^20 is refused

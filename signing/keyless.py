@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from xcforge.errors import ConfigError, SigningError, VerificationFailed
-from xcforge.oci import (
+from ocicore.errors import ConfigError, SigningError, VerificationFailed
+from ocicore.registry import (
     OCI_EMPTY,
     OCI_EMPTY_BLOB,
     OCI_INDEX,

@@ -15,13 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from signing.audit import AuditLog
-from signing.cosign_keys import CosignPrivateKey
-from signing.sign import SignatureRecord, sign_digest
-from signing.sm2_keys import Sm2PrivateKey
-from signing.store import signature_config_blob
-from xcforge.errors import ConfigError
-from xcforge.oci import (
+from ocicore.errors import ConfigError
+from ocicore.registry import (
     INDEX_MEDIA_TYPES,
     OCI_MANIFEST,
     Manifest,
@@ -33,6 +28,11 @@ from xcforge.oci import (
     manifest_children,
     sha256_digest,
 )
+from signing.audit import AuditLog
+from signing.cosign_keys import CosignPrivateKey
+from signing.sign import SignatureRecord, sign_digest
+from signing.sm2_keys import Sm2PrivateKey
+from signing.store import signature_config_blob
 
 _SIGNATURE_SUFFIXES = (".sig", ".sm2")
 

@@ -6,6 +6,8 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from ocicore.errors import ConfigError, SigningError, XcforgeError
+from ocicore.registry import Reference, RegistryClient, is_digest
 from signing import sm2
 from signing.audit import AuditLog
 from signing.cosign_keys import CosignPrivateKey
@@ -13,8 +15,6 @@ from signing.payload import simple_signing_payload
 from signing.signers import CosignSigner, Signer, Sm2Signer
 from signing.sm2_keys import Sm2PrivateKey
 from signing.store import AttachResult, attach_signatures, write_detached_signatures
-from xcforge.errors import ConfigError, SigningError, XcforgeError
-from xcforge.oci import Reference, RegistryClient, is_digest
 
 
 @dataclass(frozen=True)

@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 from asn1crypto import keys, parser
 from Cryptodome.IO import PEM as _CryptodomePEM
 
+from ocicore.errors import SigningError
 from signing import sm2
 from signing.pem import armor, is_pem, read_blocks
 from signing.pkcs8_crypt import DEFAULT_ITERATIONS as DEFAULT_PBKDF2_ITERATIONS
 from signing.pkcs8_crypt import decrypt_private_key_info, encrypt_private_key_info
-from xcforge.errors import SigningError
 
 SM2_CURVE_OID = "1.2.156.10197.1.301"  # GM/T 0006-2012: sm2p256v1 (OpenSSL's "SM2")
 EC_PUBLIC_KEY_OID = "1.2.840.10045.2.1"  # RFC 5480 id-ecPublicKey

@@ -23,11 +23,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from signing import cosign_format, sm2_format
-from signing.payload import SIMPLE_SIGNING_MEDIA_TYPE
-from signing.signers import Signer
-from xcforge.errors import SigningError
-from xcforge.oci import (
+from ocicore.errors import SigningError
+from ocicore.registry import (
     OCI_CONFIG,
     OCI_MANIFEST,
     RegistryClient,
@@ -37,6 +34,9 @@ from xcforge.oci import (
     is_digest,
     sha256_digest,
 )
+from signing import cosign_format, sm2_format
+from signing.payload import SIMPLE_SIGNING_MEDIA_TYPE
+from signing.signers import Signer
 
 FORMATS: dict[str, ModuleType] = {cosign_format.SCHEME: cosign_format, sm2_format.SCHEME: sm2_format}
 DETACHED_MEDIA_TYPE = "application/vnd.xcforge.detached-signatures.v1+json"

@@ -28,6 +28,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ocicore.errors import ConfigError, VerificationFailed
+from ocicore.registry import Reference, RegistryClient, RegistryError
 from signing import cosign_format, sm2, sm2_format
 from signing.attest import (
     PROVENANCE_PREDICATES,
@@ -49,8 +51,6 @@ from signing.store import (
     read_signatures,
     signature_tag,
 )
-from xcforge.errors import ConfigError, VerificationFailed
-from xcforge.oci import Reference, RegistryClient, RegistryError
 
 GITHUB_ACTIONS_ISSUER = "https://token.actions.githubusercontent.com"
 
@@ -369,7 +369,7 @@ def registry_platform_digests(client: RegistryClient, repository: str, digest: s
     top = client.get_manifest(repository, digest)
     if not top.is_index:
         return {digest: "single"}
-    from xcforge.image_inspect import is_attestation
+    from ocicore.layout import is_attestation
 
     out = {}
     for child in top.json().get("manifests") or []:
@@ -381,7 +381,7 @@ def registry_platform_digests(client: RegistryClient, repository: str, digest: s
 
 
 def _archive_platform_digests(archive: Path, digest: str) -> dict[str, str]:
-    from xcforge.image_inspect import OciArchive
+    from ocicore.layout import OciArchive
 
     try:
         top, _ = OciArchive(archive).top_index()
@@ -395,8 +395,8 @@ def _archive_platform_digests(archive: Path, digest: str) -> dict[str, str]:
 
 
 def _archive_sbom(archive: Path, platform: str) -> bytes | None:
-    from xcforge.attestations import attestation_dir
-    from xcforge.sbom import file_name
+    from xcforge.attest.attestations import attestation_dir
+    from xcforge.attest.sbom import file_name
 
     try:
         return (attestation_dir(archive) / file_name(platform)).read_bytes()

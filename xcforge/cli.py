@@ -16,8 +16,8 @@ import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
+from ocicore.errors import ConfigError, Interrupted, XcforgeError
 from xcforge import __version__
-from xcforge.errors import ConfigError, Interrupted, XcforgeError
 
 DEFAULT_COMMAND = "build"
 

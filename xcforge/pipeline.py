@@ -6,15 +6,15 @@ The standalone `sign` and `smoke` commands call the same stage functions on reco
 
 from __future__ import annotations
 
-from xcforge import ci
-from xcforge.builder import BuildRequest, _check_rendered, _prepare_contexts, build_all
-from xcforge.buildx import check_builder, say
-from xcforge.docker_env import check_docker
-from xcforge.errors import BuildFailed, ConfigError
-from xcforge.publish import record_builds, sign_results
-from xcforge.report import merge_into_report, print_table, write_reports
-from xcforge.sbom import preload
-from xcforge.smoke import smoke_results
+from ocicore.errors import BuildFailed, ConfigError
+from xcforge.attest.sbom import preload
+from xcforge.build.builder import BuildRequest, _check_rendered, _prepare_contexts, build_all
+from xcforge.build.buildx import check_builder, say
+from xcforge.build.docker_env import check_docker
+from xcforge.ci import actions as ci
+from xcforge.report.results import merge_into_report, print_table, write_reports
+from xcforge.sign.stage import record_builds, sign_results
+from xcforge.smoke.checks import smoke_results
 
 
 def _check_builders(request: BuildRequest) -> None:

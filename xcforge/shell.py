@@ -8,7 +8,7 @@ import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 
-from xcforge.errors import EnvironmentProblem
+from ocicore.errors import EnvironmentProblem
 
 # /usr/local/bin/docker on some machines is a client without the buildx plugin; the engine's own
 # client in /usr/bin is the one provisioning installs (ENVIRONMENT.md).

@@ -275,6 +275,6 @@ plan_ubuntu() {
     fi
     if ((WANT_BASES)); then
         say "debian keyring" "$DEBIAN_KEYRING must hold Debian 12+ archive keys"
-        say "stand-in bases" "python -m xcforge.standin: mmdebstrap bookworm from XCFORGE_DEBIAN_MIRROR=$XCFORGE_DEBIAN_MIRROR"
+        say "stand-in bases" "python -m xcforge.provision.standin: mmdebstrap bookworm from XCFORGE_DEBIAN_MIRROR=$XCFORGE_DEBIAN_MIRROR"
     fi
 }

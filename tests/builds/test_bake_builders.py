@@ -28,7 +28,7 @@ def _report(dist: Path) -> dict[str, dict]:
 
 def test_committed_bake_file_is_what_buildx_reads():
     """buildx itself parses docker-bake.hcl: every matrix target, its platforms and contexts."""
-    from xcforge.matrix import load_matrix
+    from xcforge.config.matrix import load_matrix
 
     matrix = load_matrix(REPO / "matrix.yaml")
     printed = subprocess.run(
@@ -61,7 +61,7 @@ def test_plain_bake_of_the_kept_files_rebuilds_the_same_image(tmp_path):
         cwd=REPO, capture_output=True, text=True, timeout=1800,
     )  # fmt: skip
     assert plain.returncode == 0, plain.stderr[-3000:]
-    from xcforge.image_inspect import OciArchive
+    from ocicore.layout import OciArchive
 
     ours = OciArchive(next(dist.glob("mlu-*.oci.tar"))).configs()
     theirs = OciArchive(again).configs()

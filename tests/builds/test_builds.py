@@ -51,7 +51,7 @@ def pushed(prefix, tmp_path_factory):
 
 
 def test_every_standin_target_is_an_index_with_all_platforms(pushed, prefix):
-    from xcforge.matrix import load_matrix
+    from xcforge.config.matrix import load_matrix
 
     matrix = load_matrix(REPO / "matrix.yaml")
     report = _report(pushed["dist"])

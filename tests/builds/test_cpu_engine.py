@@ -138,8 +138,8 @@ def test_smoke_including_real_serve(cpu_build):
 
 @pytest.fixture(scope="module")
 def server(cpu_build, tmp_path_factory):
-    from xcforge.matrix import load_matrix
-    from xcforge.smoke import SmokeSubject, served, tiny_model, wait_healthy
+    from xcforge.config.matrix import load_matrix
+    from xcforge.smoke.checks import SmokeSubject, served, tiny_model, wait_healthy
 
     matrix = load_matrix(REPO / "matrix.yaml")
     ref = f"{REGISTRY}/{cpu_build['repo']}@{cpu_build['report']['digest']}"
@@ -192,7 +192,7 @@ def test_doctor_follows_memory_and_cpu_limits(cpu_build):
 def test_sbom_agrees_with_the_committed_lock(cpu_build):
     """Every pin of images/cpu/locks/arm64-py311-pypi.txt is in the arm64 image's SBOM, at its version,
     and the SBOM attached in the registry is the one written beside the build."""
-    from xcforge import sbom
+    from xcforge.attest import sbom
 
     report = cpu_build["report"]
     entry = next(a for a in report["attestations"] if a["platform"] == "linux/arm64")

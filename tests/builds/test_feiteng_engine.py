@@ -79,10 +79,10 @@ def test_launcher_takes_vllm_style_flags_and_explains_bad_models(feiteng, tmp_pa
 
 def test_openai_client_against_a_fresh_server(feiteng, tmp_path):
     """Started as an operator would (docker run -d, the GGUF mounted), stopped by docker stop."""
-    from xcforge import gguf
-    from xcforge.matrix import load_matrix
-    from xcforge.render import REPO_ROOT
-    from xcforge.smoke import tiny_model
+    from xcforge.config.matrix import load_matrix
+    from xcforge.plan.render import REPO_ROOT
+    from xcforge.smoke import gguf
+    from xcforge.smoke.checks import tiny_model
 
     matrix = load_matrix(REPO_ROOT / "matrix.yaml")
     with tiny_model(tmp_path / "tiny") as tiny:
@@ -98,7 +98,7 @@ def test_openai_client_against_a_fresh_server(feiteng, tmp_path):
         check=True, capture_output=True,
     )  # fmt: skip
     try:
-        from xcforge.smoke import ServedContainer, wait_healthy
+        from xcforge.smoke.checks import ServedContainer, wait_healthy
 
         ok, detail = wait_healthy(ServedContainer(name, 18123, "tiny"), timeout=300)
         assert ok, detail

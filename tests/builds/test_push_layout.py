@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 import requests
 
+from ocicore.errors import RegistryError
+from ocicore.push import push_layout
 from tests.registry_process import RegistryProcess
-from xcforge.errors import RegistryError
-from xcforge.push import push_layout
 
 INDEX = "application/vnd.oci.image.index.v1+json"
 MANIFEST = "application/vnd.oci.image.manifest.v1+json"

@@ -1,4 +1,4 @@
-"""xcforge.ci: workflow commands, escaping, summary, outputs, masks, runner detection."""
+"""xcforge.ci.actions: workflow commands, escaping, summary, outputs, masks, runner detection."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import sys
 
 import pytest
 
-from xcforge import ci
-from xcforge.matrix import load_matrix
-from xcforge.workflows import hardware_labels
+from xcforge.ci import actions as ci
+from xcforge.ci.workflows import hardware_labels
+from xcforge.config.matrix import load_matrix
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -187,7 +187,7 @@ def test_parse_runners_empty():
 
 
 def test_detect_runners_module_entry_point_uses_stdlib_only(tmp_path):
-    """release.yml runs `python3 -m xcforge.ci` before installing anything: outputs and a visible summary."""
+    """release.yml runs `python3 -m xcforge.ci.actions` before installing anything: outputs and a visible summary."""
     runners = tmp_path / "runners.jsonl"
     runners.write_text(json.dumps(_runner("npu", ["self-hosted", "ascend"])) + "\n")
     env = {
@@ -203,7 +203,7 @@ def test_detect_runners_module_entry_point_uses_stdlib_only(tmp_path):
             sys.executable,
             "-S",
             "-m",
-            "xcforge.ci",
+            "xcforge.ci.actions",
             "detect-runners",
             "--labels",
             "gpu,ascend",

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from xcforge import workflows
-from xcforge.matrix import load_matrix, parse_matrix
+from xcforge.ci import workflows
+from xcforge.config.matrix import load_matrix, parse_matrix
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 WORKFLOW_FILES = [REPO_ROOT / ".github" / "workflows" / n for n in ("ci.yml", "release.yml")]

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from xcforge import deploy
-from xcforge.errors import ConfigError, VerificationFailed
-from xcforge.matrix import load_matrix
+from ocicore.errors import ConfigError, VerificationFailed
+from xcforge.config.matrix import load_matrix
+from xcforge.deploy import manifests as deploy
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MATRIX = load_matrix(REPO_ROOT / "matrix.yaml")

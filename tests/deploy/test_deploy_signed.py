@@ -15,8 +15,8 @@ from tests.registry_process import RegistryProcess  # noqa: E402
 
 signing_helpers = pytest.importorskip("signing_helpers", reason="tests/signing's helpers are not there")
 
+from ocicore.registry import RegistryClient  # noqa: E402
 from xcforge.cli import main  # noqa: E402
-from xcforge.oci import RegistryClient  # noqa: E402
 
 MATRIX = str(REPO_ROOT / "matrix.yaml")
 

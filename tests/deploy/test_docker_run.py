@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from xcforge import deploy
-from xcforge.matrix import load_matrix
+from xcforge.config.matrix import load_matrix
+from xcforge.deploy import manifests as deploy
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MATRIX = load_matrix(REPO_ROOT / "matrix.yaml")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from xcforge.matrix import load_matrix
+from xcforge.config.matrix import load_matrix
 
 REPO = Path(__file__).resolve().parents[2]
 MATRIX = load_matrix(REPO / "matrix.yaml")

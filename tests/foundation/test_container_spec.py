@@ -6,9 +6,9 @@ import shlex
 
 import pytest
 
-from xcforge.containers import RunSpec
-from xcforge.errors import ConfigError
+from ocicore.errors import ConfigError
 from xcforge.shell import DOCKER
+from xcforge.smoke.containers import RunSpec
 
 IMAGE = "127.0.0.1:5000/xcforge/vllm-cpu@sha256:" + "a" * 64
 

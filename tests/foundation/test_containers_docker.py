@@ -9,8 +9,9 @@ import uuid
 import docker
 import pytest
 
-from xcforge import containers, smoke
-from xcforge.containers import RunSpec
+from xcforge.smoke import checks as smoke
+from xcforge.smoke import containers
+from xcforge.smoke.containers import RunSpec
 
 pytestmark = pytest.mark.docker
 

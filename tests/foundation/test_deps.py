@@ -11,10 +11,10 @@ import sys
 import pytest
 import yaml
 
-from xcforge import deps
-from xcforge.matrix import load_matrix
-from xcforge.site import SiteConfig
-from xcforge.verification import planned
+from xcforge.config.matrix import load_matrix
+from xcforge.config.site import SiteConfig
+from xcforge.plan import deps
+from xcforge.plan.verification import planned
 
 REPO = deps.Path(__file__).resolve().parents[2]
 MATRIX = load_matrix(REPO / "matrix.yaml")

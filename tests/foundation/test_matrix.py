@@ -10,8 +10,8 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from xcforge.errors import ConfigError
-from xcforge.matrix import load_matrix, parse_matrix
+from ocicore.errors import ConfigError
+from xcforge.config.matrix import load_matrix, parse_matrix
 
 REPO = Path(__file__).resolve().parents[2]
 MATRIX = REPO / "matrix.yaml"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from xcforge.matrix import engine_backends, load_matrix
+from xcforge.config.matrix import engine_backends, load_matrix
 
 REPO = Path(__file__).resolve().parents[2]
 

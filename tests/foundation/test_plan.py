@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from xcforge.errors import ConfigError
-from xcforge.matrix import load_matrix
-from xcforge.plan import BuildOptions, engine_install_mode, make_plan, tags_for
-from xcforge.site import SiteConfig, load_site
+from ocicore.errors import ConfigError
+from xcforge.config.matrix import load_matrix
+from xcforge.config.site import SiteConfig, load_site
+from xcforge.plan.build_plan import BuildOptions, engine_install_mode, make_plan, tags_for
 
 REPO = Path(__file__).resolve().parents[2]
 MATRIX = load_matrix(REPO / "matrix.yaml")
@@ -101,7 +101,7 @@ def test_site_errors_are_precise(tmp_path):
 
 
 def test_machine_default_site_is_used_without_site_flag(tmp_path, monkeypatch):
-    from xcforge import site as site_module
+    from xcforge.config import site as site_module
 
     template = tmp_path / "standin.yaml"
     template.write_text(

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from xcforge.matrix import load_matrix
-from xcforge.render import render_target
+from xcforge.config.matrix import load_matrix
+from xcforge.plan.render import render_target
 
 REPO = Path(__file__).resolve().parents[2]
 MATRIX = load_matrix(REPO / "matrix.yaml")
@@ -168,7 +168,7 @@ def test_unknown_target_lists_valid_ones():
 
 
 def test_render_check_detects_drift(tmp_path):
-    from xcforge import render
+    from xcforge.plan import render
 
     shutil.copytree(REPO / "templates", tmp_path / "templates")
     shutil.copy(REPO / "matrix.yaml", tmp_path / "matrix.yaml")
@@ -190,7 +190,7 @@ def test_render_check_cli_passes_on_committed_tree():
 def test_missing_template_variable_fails(tmp_path):
     import jinja2
 
-    from xcforge.errors import RenderError
+    from ocicore.errors import RenderError
 
     shutil.copytree(REPO / "templates", tmp_path / "templates")
     skeleton = tmp_path / "templates" / "Dockerfile.j2"

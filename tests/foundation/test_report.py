@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from xcforge.report import BuildResult, PlatformResult, load_results, markdown, merge_into_report, write_reports
+from xcforge.report.results import BuildResult, PlatformResult, load_results, markdown, merge_into_report, write_reports
 
 
 def _result(target: str, **kw) -> BuildResult:

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from xcforge.errors import ConfigError
-from xcforge.matrix import parse_matrix
-from xcforge.render import render_target
-from xcforge.site import SiteConfig
+from ocicore.errors import ConfigError
+from xcforge.config.matrix import parse_matrix
+from xcforge.config.site import SiteConfig
+from xcforge.plan.render import render_target
 
 REPO = Path(__file__).resolve().parents[2]
 RAW = yaml.safe_load((REPO / "matrix.yaml").read_text())

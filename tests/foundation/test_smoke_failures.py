@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from xcforge import smoke
+from xcforge.smoke import checks as smoke
 
 DOCKER = "/usr/bin/docker"
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from xcforge.progress import Progress
+from xcforge.provision.progress import Progress
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PLAIN = re.compile(r"^[\x20-\x7e]*$")  # printable ASCII only: no \r, no escape sequences
@@ -52,7 +52,7 @@ def test_progress_goes_to_the_descriptor_provision_gives_and_the_interval_is_the
     read_end, write_end = os.pipe()
     script = (
         "import subprocess, sys\n"
-        "from xcforge.progress import Progress\n"
+        "from xcforge.provision.progress import Progress\n"
         "print('+ mmdebstrap ...', file=sys.stderr)\n"
         "with Progress('stand-in bases').heartbeat('rootfs arm64: mmdebstrap bookworm minbase under QEMU'):\n"
         "    subprocess.run([sys.executable, '-c', 'import time; time.sleep(2.5)'], check=True)\n"
@@ -124,7 +124,7 @@ def test_standin_bootstrap_into_an_empty_registry_shows_each_build(tmp_path):
     read_end, write_end = os.pipe()
     try:
         proc = subprocess.run(
-            [sys.executable, "-m", "xcforge.standin", "--registry", registry.address,
+            [sys.executable, "-m", "xcforge.provision.standin", "--registry", registry.address,
              "--image", "docker.io/library/python:3.11-slim-bookworm"],
             capture_output=True, text=True, cwd=REPO_ROOT, pass_fds=(write_end,), timeout=1800,
             env={**os.environ, "XCFORGE_PROGRESS_FD": str(write_end), "XCFORGE_HEARTBEAT_S": "2"},

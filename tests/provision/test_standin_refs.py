@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from xcforge import standin
-from xcforge.errors import ConfigError
-from xcforge.standin import build_context_arg, normalize_ref, standin_ref
+from ocicore.errors import ConfigError
+from xcforge.provision import standin
+from xcforge.provision.standin import build_context_arg, normalize_ref, standin_ref
 
 
 @pytest.mark.parametrize(
@@ -123,8 +123,8 @@ def test_cli_error_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_cli_lists_matrix_bases(repo_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    pytest.importorskip("xcforge.matrix")
-    matrix = pytest.importorskip("xcforge.matrix").load_matrix(repo_root / "matrix.yaml")
+    pytest.importorskip("xcforge.config.matrix")
+    matrix = pytest.importorskip("xcforge.config.matrix").load_matrix(repo_root / "matrix.yaml")
     code = standin.main(["--list", "--registry", "127.0.0.1:5000", "--matrix", str(repo_root / "matrix.yaml")])
     assert code == 0
     lines = capsys.readouterr().out.splitlines()

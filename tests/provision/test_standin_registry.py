@@ -1,6 +1,6 @@
 """The local registry holds a stand-in for every base in matrix.yaml (scripts/provision.sh builds them).
 
-Checked with docker's own tools, not with xcforge.standin's registry reader.
+Checked with docker's own tools, not with xcforge.provision.standin's registry reader.
 """
 
 from __future__ import annotations
@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
+from xcforge.provision.standin import LABEL_OF, PLATFORMS, default_registry, matrix_bases, normalize_ref, standin_ref
 from xcforge.shell import DOCKER
-from xcforge.standin import LABEL_OF, PLATFORMS, default_registry, matrix_bases, normalize_ref, standin_ref
 
 pytestmark = pytest.mark.docker
 
 
 def _bases(repo_root: Path) -> list[str]:
-    pytest.importorskip("xcforge.matrix")
+    pytest.importorskip("xcforge.config.matrix")
     return sorted({normalize_ref(ref) for ref in matrix_bases(repo_root / "matrix.yaml")})
 
 

@@ -8,8 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from xcforge import standin
-from xcforge.errors import ConfigError, EnvironmentProblem
+from ocicore.errors import ConfigError, EnvironmentProblem
+from xcforge.provision import standin
 
 MIRROR = "http://mirror.example/debian"
 DEBIAN = 'PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\nID=debian\nVERSION_ID="12"\n'

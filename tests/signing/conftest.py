@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from oci_fake_registry import FakeRegistry
 
+from ocicore.registry import RegistryClient
 from signing.cosign_keys import CosignPrivateKey
 from signing.sm2_keys import Sm2PrivateKey
 from tests.registry_process import RegistryProcess
-from xcforge.oci import RegistryClient
 
 DATA = Path(__file__).parent / "data"
 

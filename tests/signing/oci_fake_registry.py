@@ -1,6 +1,6 @@
 """An in-memory OCI distribution registry over real HTTP, for tests that need no docker.
 
-Implements the endpoints xcforge/oci.py uses (manifests by tag/digest, blobs, monolithic uploads,
+Implements the endpoints ocicore/registry.py uses (manifests by tag/digest, blobs, monolithic uploads,
 cross-repo mount, tag listing with pagination, deletes) with distribution's status codes, plus
 switches for auth challenges and injected failures. It is a test double: the docker-marked tests
 run the same flows against the real distribution 2.8 registry.

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from xcforge.oci import OCI_CONFIG, OCI_INDEX, OCI_MANIFEST, RegistryClient, canonical_json
+from ocicore.registry import OCI_CONFIG, OCI_INDEX, OCI_MANIFEST, RegistryClient, canonical_json
 
 DEFAULT_DISTID = "1234567812345678"
 

@@ -27,12 +27,12 @@ from pathlib import Path
 import pytest
 from signing_helpers import openssl_verify_sm2_many
 
+from ocicore.push import push_layout
+from ocicore.registry import OCI_MANIFEST, RegistryClient, canonical_json, sha256_digest
 from signing.attest import IN_TOTO_PAYLOAD_TYPE, attach_sbom, pae, sbom_tag
-from xcforge import sbom
-from xcforge.attestations import attestation_dir, write_attestations
+from xcforge.attest import sbom
+from xcforge.attest.attestations import attestation_dir, write_attestations
 from xcforge.cli import main
-from xcforge.oci import OCI_MANIFEST, RegistryClient, canonical_json, sha256_digest
-from xcforge.push import push_layout
 from xcforge.shell import DOCKER
 
 pytestmark = pytest.mark.docker
@@ -243,7 +243,7 @@ def test_archive_attestations_offline(images, keys, tmp_path, capsys):
     archive = tmp_path / "probe.oci.tar"
     archive.write_bytes(images["probe"].read_bytes())
     _sbom_of(archive, "xcforge-test/sbom-probe")
-    from xcforge.image_inspect import OciArchive
+    from ocicore.layout import OciArchive
 
     index, _ = OciArchive(archive).top_index()
     audit = ["--audit-log", str(tmp_path / "audit.jsonl")]

@@ -10,6 +10,7 @@ import tarfile
 
 import pytest
 
+from ocicore.errors import ConfigError
 from signing.attest import (
     IN_TOTO_PAYLOAD_TYPE,
     SBOM_PREDICATE,
@@ -21,8 +22,7 @@ from signing.attest import (
     statement,
 )
 from signing.signers import CosignSigner, Sm2Signer
-from xcforge import sbom
-from xcforge.errors import ConfigError
+from xcforge.attest import sbom
 
 STATUS = b"""Package: base-files
 Status: install ok installed

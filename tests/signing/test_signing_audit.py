@@ -7,11 +7,11 @@ import json
 
 import pytest
 
+from ocicore.errors import ConfigError
 from signing.audit import GENESIS, AuditHead, AuditLog, current_actor, entry_hash, verify_audit_log
 from signing.sign import sign_archive
 from signing.sm2_keys import Sm2PrivateKey
 from signing.sm3 import sm3_hex
-from xcforge.errors import ConfigError
 
 DIGEST = "sha256:" + "cd" * 32
 

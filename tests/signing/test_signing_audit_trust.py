@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from ocicore.errors import ConfigError
 from signing.audit import RETENTION_DAYS, AuditHead, AuditLog, canonical, entry_hash, verify_audit_log
 from signing.sm2_keys import Sm2PrivateKey
-from xcforge.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
 DIGEST = "sha256:" + "ab" * 32

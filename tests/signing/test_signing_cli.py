@@ -8,9 +8,9 @@ import stat
 import pytest
 from signing_helpers import push_synthetic_image
 
+from ocicore.errors import VerificationFailed
+from ocicore.registry import RegistryClient
 from xcforge.cli import main
-from xcforge.errors import VerificationFailed
-from xcforge.oci import RegistryClient
 
 
 @pytest.fixture
@@ -106,7 +106,7 @@ def test_keys_from_environment_and_wrong_password(keys, registry, monkeypatch, c
 
 
 def test_verify_target_reads_the_build_report(keys, registry, tmp_path, capsys):
-    from xcforge.report import BuildResult, write_reports
+    from xcforge.report.results import BuildResult, write_reports
 
     client = RegistryClient(registry.address)
     img = push_synthetic_image(client, "xcforge/vllm-cpu", index=True)

@@ -8,6 +8,8 @@ from datetime import UTC, datetime
 import pytest
 from signing_helpers import push_synthetic_image
 
+from ocicore.errors import ConfigError, SigningError
+from ocicore.registry import OCI_EMPTY, OCI_INDEX, OCI_MANIFEST, Reference, RegistryClient, sha256_digest
 from signing.keyless import (
     BUNDLE_MEDIA_TYPE,
     PREDICATE_TYPE,
@@ -19,8 +21,6 @@ from signing.keyless import (
     referrers_index,
     sign_keyless,
 )
-from xcforge.errors import ConfigError, SigningError
-from xcforge.oci import OCI_EMPTY, OCI_INDEX, OCI_MANIFEST, Reference, RegistryClient, sha256_digest
 
 DIGEST = "sha256:" + "ef" * 32
 

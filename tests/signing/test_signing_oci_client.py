@@ -1,4 +1,4 @@
-"""xcforge/oci.py against an in-process registry: references, auth flows, retries, errors, blobs."""
+"""ocicore/registry.py against an in-process registry: references, auth flows, retries, errors, blobs."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 from oci_fake_registry import FakeRegistry
 from signing_helpers import push_synthetic_image
 
-from xcforge.errors import ConfigError, RegistryError
-from xcforge.oci import (
+from ocicore.errors import ConfigError, RegistryError
+from ocicore.registry import (
     OCI_INDEX,
     Reference,
     RegistryClient,

@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 from signing_helpers import push_synthetic_image
 
+from ocicore.errors import ConfigError
+from ocicore.registry import Reference, RegistryClient
 from signing.keyless import attach_bundle
 from signing.promote import promote
 from signing.sign import sign_digest
 from signing.store import signature_tag
 from signing.verify import verify_image
 from tests.registry_process import RegistryProcess
-from xcforge.errors import ConfigError
-from xcforge.oci import Reference, RegistryClient
 
 
 @pytest.fixture

@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 from signing_helpers import cosign_payloads, cosign_verify, push_synthetic_image
 
+from ocicore.registry import OCI_MANIFEST, RegistryClient, sha256_digest
 from signing.payload import simple_signing_payload
 from signing.promote import promote
 from signing.sign import sign_digest
 from signing.store import signature_tag
 from signing.verify import verify_image
-from xcforge.oci import OCI_MANIFEST, RegistryClient, sha256_digest
 
 pytestmark = pytest.mark.docker
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "signing.md"

@@ -12,13 +12,13 @@ import json
 import pytest
 from signing_helpers import push_synthetic_image
 
+from ocicore.errors import ConfigError, SigningError
+from ocicore.registry import OCI_MANIFEST, RegistryClient
 from signing import cosign_format, sm2_format
 from signing.payload import SIMPLE_SIGNING_MEDIA_TYPE, simple_signing_payload
 from signing.sign import sign_archive, sign_digest
 from signing.store import detached_path, signature_tag
 from signing.verify import verify_archive, verify_image
-from xcforge.errors import ConfigError, SigningError
-from xcforge.oci import OCI_MANIFEST, RegistryClient
 
 
 @pytest.fixture

@@ -7,8 +7,8 @@ import hashlib
 import pytest
 from signing_helpers import openssl, openssl_verify_sm2
 
+from ocicore.errors import SigningError
 from signing.sm2_keys import SM2_CURVE_OID, Sm2PrivateKey, load_sm2_private_key, load_sm2_public_key
-from xcforge.errors import SigningError
 
 FAST = 1000  # PBKDF2 iterations in tests; the default (600 000) is exercised once
 

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Protocol
 
-from xcforge.errors import RenderError
+from ocicore.errors import RenderError
 
 
 class DriftResult(Protocol):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from xcforge.errors import ConfigError
-from xcforge.matrix import Matrix, Target, load_matrix
+from ocicore.errors import ConfigError
+from xcforge.config.matrix import Matrix, Target, load_matrix
 
 
 def add_target_arguments(parser: argparse.ArgumentParser) -> None:

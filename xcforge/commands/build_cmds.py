@@ -9,14 +9,14 @@ import argparse
 import sys
 from pathlib import Path
 
-from xcforge import bake
+from ocicore.errors import ConfigError
+from xcforge.build import bake
 from xcforge.commands._targets import add_target_arguments, selected_targets
-from xcforge.errors import ConfigError
-from xcforge.matrix import load_matrix
-from xcforge.plan import DIST_DIR, BuildOptions, make_plan
-from xcforge.render import render_target
-from xcforge.site import BUILDER_NAME_RE, load_site
-from xcforge.verification import lock_level, lock_status
+from xcforge.config.matrix import load_matrix
+from xcforge.config.site import BUILDER_NAME_RE, load_site
+from xcforge.plan.build_plan import DIST_DIR, BuildOptions, make_plan
+from xcforge.plan.render import render_target
+from xcforge.plan.verification import lock_level, lock_status
 
 
 def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -161,7 +161,7 @@ def run_build(args: argparse.Namespace) -> int:
             print(f"# ---- Dockerfile ({plan.dockerfile}):")
             sys.stdout.write(render_target(matrix, plan.target).text)
         return 0
-    from xcforge.builder import BuildRequest
+    from xcforge.build.builder import BuildRequest
     from xcforge.pipeline import run_builds
 
     request = BuildRequest(
@@ -180,7 +180,7 @@ def run_build(args: argparse.Namespace) -> int:
 
 
 def run_contexts(args: argparse.Namespace) -> int:
-    from xcforge.builder import _prepare_contexts
+    from xcforge.build.builder import _prepare_contexts
 
     matrix, targets = selected_targets(args)
     site = load_site(args.site)
@@ -196,7 +196,7 @@ def run_contexts(args: argparse.Namespace) -> int:
 
 
 def run_merge(args: argparse.Namespace) -> int:
-    from xcforge.builder import merge_digests
+    from xcforge.build.builder import merge_digests
 
     matrix = load_matrix(args.matrix)
     target = matrix.target(args.target)

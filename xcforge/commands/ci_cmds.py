@@ -7,11 +7,11 @@ import os
 import sys
 from pathlib import Path
 
-from xcforge import ci
+from ocicore.errors import ConfigError
+from xcforge.ci import actions as ci
 from xcforge.commands._drift import report_drift
-from xcforge.errors import ConfigError
-from xcforge.matrix import load_matrix
-from xcforge.render import REPO_ROOT
+from xcforge.config.matrix import load_matrix
+from xcforge.plan.render import REPO_ROOT
 
 
 def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -69,7 +69,7 @@ def _check_step_files() -> None:
 
 
 def run_workflows(args: argparse.Namespace) -> int:
-    from xcforge.workflows import write_or_check
+    from xcforge.ci.workflows import write_or_check
 
     matrix = load_matrix(args.matrix)
     results = write_or_check(matrix, args.root, check=args.check)
@@ -118,7 +118,7 @@ def run_detect_runners(args: argparse.Namespace) -> int:
     if args.labels:
         labels = [x.strip() for x in args.labels.split(",") if x.strip()]
     else:
-        from xcforge.workflows import hardware_labels
+        from xcforge.ci.workflows import hardware_labels
 
         labels = hardware_labels(load_matrix(args.matrix))
     runners = None

@@ -8,11 +8,11 @@ import shlex
 import sys
 from pathlib import Path
 
+from ocicore.errors import ConfigError
 from xcforge.commands._drift import report_drift
 from xcforge.commands._paths import blocking_file
-from xcforge.errors import ConfigError
-from xcforge.matrix import load_matrix
-from xcforge.render import REPO_ROOT
+from xcforge.config.matrix import load_matrix
+from xcforge.plan.render import REPO_ROOT
 
 
 def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -72,7 +72,7 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
 
 
 def run_deploy(args: argparse.Namespace) -> int:
-    from xcforge import deploy
+    from xcforge.deploy import manifests as deploy
 
     matrix = load_matrix(args.matrix)
     if args.examples:
@@ -180,7 +180,7 @@ def _argv_for_header(args: argparse.Namespace) -> list[str]:
 
 
 def _examples(args: argparse.Namespace, matrix) -> int:
-    from xcforge.deploy import write_or_check_examples
+    from xcforge.deploy.manifests import write_or_check_examples
 
     results = write_or_check_examples(matrix, args.root, check=args.check)
     return report_drift(results, what="operator examples", fix="python build.py deploy --examples", root=args.root)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from xcforge import deps
 from xcforge.commands._drift import report_drift
 from xcforge.commands._targets import add_target_arguments, selected_targets
-from xcforge.site import SiteConfig, load_site
+from xcforge.config.site import SiteConfig, load_site
+from xcforge.plan import deps
 
 
 def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:

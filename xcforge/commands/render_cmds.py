@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 
-from xcforge import bake
+from xcforge.build import bake
 from xcforge.commands._drift import report_drift
 from xcforge.commands._targets import add_target_arguments, selected_targets
-from xcforge.render import write_or_check
+from xcforge.plan.render import write_or_check
 
 
 def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:

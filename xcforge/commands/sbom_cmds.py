@@ -11,8 +11,8 @@ import json
 import sys
 from pathlib import Path
 
-from xcforge import sbom
-from xcforge.errors import ConfigError
+from ocicore.errors import ConfigError
+from xcforge.attest import sbom
 
 
 def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -47,7 +47,7 @@ def _documents(args: argparse.Namespace) -> list[tuple[str, bytes]]:
 
 
 def _archive_documents(archive: Path) -> list[tuple[str, bytes]]:
-    from xcforge.attestations import attestation_dir
+    from xcforge.attest.attestations import attestation_dir
 
     if not archive.is_file():
         raise ConfigError(f"sbom --archive {archive}: not a file; give the .oci.tar a build wrote")
@@ -59,9 +59,9 @@ def _archive_documents(archive: Path) -> list[tuple[str, bytes]]:
 
 
 def _registry_documents(image: str, *, insecure: bool) -> list[tuple[str, bytes]]:
+    from ocicore.registry import Reference, RegistryClient
     from signing.attest import read_sbom
     from signing.verify import registry_platform_digests
-    from xcforge.oci import Reference, RegistryClient
 
     ref = Reference.parse(image)
     if ref.digest is None:

@@ -14,8 +14,8 @@ import os
 import sys
 from pathlib import Path
 
+from ocicore.errors import ConfigError, SigningError, VerificationFailed
 from xcforge.commands._paths import blocking_file
-from xcforge.errors import ConfigError, SigningError, VerificationFailed
 
 SM2_KEY_ENV, COSIGN_KEY_ENV = "XCFORGE_SM2_KEY", "XCFORGE_COSIGN_KEY"
 SM2_PASSWORD_ENV, COSIGN_PASSWORD_ENV = "XCFORGE_SM2_PASSWORD", "XCFORGE_COSIGN_PASSWORD"
@@ -352,8 +352,8 @@ def _annotations(pairs: list[str]) -> dict[str, str]:
 
 
 def run_sign(args: argparse.Namespace) -> int:
+    from ocicore.registry import Reference
     from signing.sign import sign_archive, sign_digest
-    from xcforge.oci import Reference
 
     ref = Reference.parse(args.image)
     if ref.digest is None:
@@ -405,9 +405,9 @@ def run_sign(args: argparse.Namespace) -> int:
 
 def _attest_platforms(args: argparse.Namespace, ref, sm2_key, cosign_key, dist_id: bytes, audit) -> None:
     """Each platform's SBOM and provenance, signed as attestations next to the image signatures."""
+    from ocicore.registry import RegistryClient
     from signing.sign import attest
-    from xcforge.attestations import archive_statements, registry_statements
-    from xcforge.oci import RegistryClient
+    from xcforge.attest.attestations import archive_statements, registry_statements
 
     keys = {"sm2_key": sm2_key, "cosign_key": cosign_key, "sm2_dist_id": dist_id, "audit": audit}
     if args.archive:
@@ -430,7 +430,7 @@ def _attest_platforms(args: argparse.Namespace, ref, sm2_key, cosign_key, dist_i
 def _target_reference(args: argparse.Namespace) -> tuple[str, Path | None]:
     """IMAGE@DIGEST (and archive, for archive output) of a target in the last build report."""
     try:
-        from xcforge.report import load_results
+        from xcforge.report.results import load_results
     except ImportError as exc:
         raise ConfigError("verify --target needs the build report module; pass IMAGE@DIGEST instead") from exc
     matches = [r for r in load_results(args.report) if r.target == args.target]
@@ -444,8 +444,8 @@ def _target_reference(args: argparse.Namespace) -> tuple[str, Path | None]:
 
 
 def run_verify(args: argparse.Namespace) -> int:
+    from ocicore.registry import Reference
     from signing.verify import verify_archive, verify_image
-    from xcforge.oci import Reference
 
     if bool(args.image) == bool(args.target):
         raise ConfigError("verify: give IMAGE@DIGEST or --target NAME (one of them)")

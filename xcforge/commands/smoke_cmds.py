@@ -7,13 +7,13 @@ import re
 from dataclasses import asdict
 from pathlib import Path
 
+from ocicore.errors import ConfigError, SmokeFailed
+from xcforge.build.docker_env import check_docker
 from xcforge.commands._paths import blocking_file
-from xcforge.docker_env import check_docker
-from xcforge.errors import ConfigError, SmokeFailed
-from xcforge.matrix import load_matrix
-from xcforge.plan import DIST_DIR
-from xcforge.report import load_results, print_table, write_reports
-from xcforge.smoke import FAIL, SmokeSubject, device_flags, run_smoke
+from xcforge.config.matrix import load_matrix
+from xcforge.plan.build_plan import DIST_DIR
+from xcforge.report.results import load_results, print_table, write_reports
+from xcforge.smoke.checks import FAIL, SmokeSubject, device_flags, run_smoke
 
 _DIGEST_RE = re.compile(r"@sha256:[0-9a-f]{64}$")
 

@@ -26,7 +26,7 @@ VERIFICATION_JSON = "/etc/xcforge/verification.json"
 IMAGE_JSON = "/etc/xcforge/image.json"
 INSTALL_JSON = "/etc/xcforge/install.json"
 INSTALL_SPEC_JSON = "/etc/xcforge/install-spec.json"
-# Build-time levels in order; smoke adds served-cpu and device-tested (xcforge/verification.py).
+# Build-time levels in order; smoke adds served-cpu and device-tested (xcforge/plan/verification.py).
 LEVELS = ("rendered", "deps-resolved", "engine-installed", "plugin-installed")
 
 

@@ -1,0 +1,267 @@
+"""Reading built images back: digests, labels and compressed sizes, from a registry or an OCI archive.
+
+Registry reads go through `docker buildx imagetools`, which shares the engine's credentials and
+insecure-registry rules, so what we report is what an operator's docker sees.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ocicore.errors import ConfigError, RegistryError
+
+INDEX_TYPES = {
+    "application/vnd.oci.image.index.v1+json",
+    "application/vnd.docker.distribution.manifest.list.v2+json",
+}
+
+
+def _client(ref: str):
+    """One way of reading a registry: ocicore.registry's client (docker's credentials, http on loopback)."""
+    from ocicore.registry import RegistryClient, parse_reference
+
+    try:
+        parsed = parse_reference(ref)
+    except ConfigError as exc:
+        raise RegistryError(f"cannot inspect {ref}: {exc.message}") from None
+    return RegistryClient(parsed.registry, retries=2), parsed
+
+
+def _manifest(ref: str):
+    client, parsed = _client(ref)
+    try:
+        return client.get_manifest(parsed.repository, parsed.reference)
+    except RegistryError as exc:
+        raise RegistryError(f"cannot inspect {ref}: {exc.message}") from None
+
+
+def resolve_digest(ref: str) -> str:
+    """The digest a reference points to (the index for multi-platform images)."""
+    return _manifest(ref).digest
+
+
+def exists(ref: str) -> bool:
+    try:
+        resolve_digest(ref)
+    except RegistryError:
+        return False
+    return True
+
+
+def image_configs(ref: str) -> dict[str, dict]:
+    """platform → image config blob, read from the registry as-is.
+
+    (imagetools' `.Image` view is the OCI struct, which drops Docker's Healthcheck and friends.)
+    """
+    from ocicore.registry import RegistryClient, parse_reference
+
+    parsed = parse_reference(ref)
+    client = RegistryClient(parsed.registry)
+    top = client.get_manifest(parsed.repository, parsed.reference)
+    descriptors = top.json().get("manifests") if top.is_index else [{"digest": top.digest}]
+    out: dict[str, dict] = {}
+    for descriptor in descriptors or []:
+        if is_attestation(descriptor):
+            continue
+        manifest = client.get_manifest(parsed.repository, descriptor["digest"]).json()
+        config = json.loads(client.get_blob(parsed.repository, manifest["config"]["digest"]))
+        out[f"{config.get('os', 'linux')}/{config.get('architecture', '?')}"] = config
+    return out
+
+
+def labels(ref: str) -> dict[str, dict[str, str]]:
+    return {
+        platform: (config.get("config") or {}).get("Labels") or {} for platform, config in image_configs(ref).items()
+    }
+
+
+def raw(ref: str) -> dict:
+    return _manifest(ref).json()
+
+
+def is_attestation(descriptor: dict) -> bool:
+    annotations = descriptor.get("annotations") or {}
+    return annotations.get("vnd.docker.reference.type") == "attestation-manifest" or (
+        descriptor.get("platform", {}).get("architecture") == "unknown"
+    )
+
+
+def platform_manifests(index: dict, fetch: Callable[[str], dict]) -> dict[str, tuple[str, int]]:
+    """platform → (manifest digest, compressed bytes = config + layers). Attestations are skipped."""
+    if index.get("mediaType") not in INDEX_TYPES and "manifests" not in index:
+        raise ValueError("not an image index")
+    out: dict[str, tuple[str, int]] = {}
+    for descriptor in index.get("manifests", []):
+        if is_attestation(descriptor):
+            continue
+        platform = descriptor.get("platform") or {}
+        name = f"{platform.get('os', 'linux')}/{platform.get('architecture', '?')}"
+        if platform.get("variant"):
+            name += f"/{platform['variant']}"
+        manifest = fetch(descriptor["digest"])
+        size = manifest.get("config", {}).get("size", 0) + sum(
+            layer.get("size", 0) for layer in manifest.get("layers", [])
+        )
+        out[name] = (descriptor["digest"], size)
+    return out
+
+
+def registry_platforms(repo: str, digest: str) -> dict[str, tuple[str, int]]:
+    top = raw(f"{repo}@{digest}")
+    if "manifests" not in top:
+        size = top.get("config", {}).get("size", 0) + sum(layer.get("size", 0) for layer in top.get("layers", []))
+        return {"single": (digest, size)}
+    return platform_manifests(top, lambda d: raw(f"{repo}@{d}"))
+
+
+def merge_archives(parts: list[Path], dest: Path) -> str:
+    """OCI archives of one image built per platform on different builders → one archive whose index
+    lists every part's platform and attestation manifests by digest (blobs copied once, unchanged,
+    so each platform keeps the digest its builder gave it). Returns the new index digest."""
+    import hashlib
+
+    manifests: list[dict] = []
+    annotations: dict = {}
+    layout_annotations: dict = {}
+    seen: set[str] = set()
+    with tarfile.open(dest, "w") as out:
+        for part in parts:
+            with tarfile.open(part) as tar:
+                layout = json.loads(tar.extractfile("index.json").read())  # type: ignore[union-attr]
+                top_descriptor = layout["manifests"][0]
+                top_name = "blobs/" + top_descriptor["digest"].replace(":", "/")
+                top = json.loads(tar.extractfile(top_name).read())  # type: ignore[union-attr]
+                if "manifests" in top:
+                    manifests += top["manifests"]
+                    annotations = annotations or top.get("annotations", {})
+                else:
+                    manifests.append({k: v for k, v in top_descriptor.items() if k != "annotations"})
+                layout_annotations = layout_annotations or top_descriptor.get("annotations", {})
+                for member in tar.getmembers():
+                    if not member.name.startswith("blobs/") or member.name in seen or member.isdir():
+                        continue
+                    if member.name == top_name and "manifests" in top:
+                        continue  # the part's own index is replaced by the merged one
+                    seen.add(member.name)
+                    out.addfile(member, tar.extractfile(member))
+        index = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json", "manifests": manifests}
+        if annotations:
+            index["annotations"] = annotations
+        data = json.dumps(index, separators=(",", ":")).encode()
+        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        descriptor = {"mediaType": index["mediaType"], "digest": digest, "size": len(data)}
+        if layout_annotations:
+            descriptor["annotations"] = layout_annotations
+        files = {
+            "blobs/" + digest.replace(":", "/"): data,
+            "oci-layout": b'{"imageLayoutVersion":"1.0.0"}',
+            "index.json": json.dumps({"schemaVersion": 2, "manifests": [descriptor]}).encode(),
+        }
+        for name, content in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(content)
+            info.mode = 0o644
+            out.addfile(info, io.BytesIO(content))
+    return digest
+
+
+class OciArchive:
+    """An OCI image layout in a tar file, as `docker buildx build --output type=oci` writes it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def _read(self, tar: tarfile.TarFile, name: str) -> dict:
+        member = tar.extractfile(name)
+        if member is None:
+            raise ValueError(f"{self.path}: {name} missing")
+        return json.loads(member.read())
+
+    def blob(self, tar: tarfile.TarFile, digest: str) -> dict:
+        return json.loads(self.open_blob(tar, digest).read())
+
+    def top_index(self) -> tuple[str, dict]:
+        """(digest, content) of the image index the layout's index.json points to."""
+        with tarfile.open(self.path) as tar:
+            layout = self._read(tar, "index.json")
+            descriptor = layout["manifests"][0]
+            return descriptor["digest"], self.blob(tar, descriptor["digest"])
+
+    def configs(self) -> dict[str, dict]:
+        """platform → image config, like image_configs() for a registry reference."""
+        out: dict[str, dict] = {}
+        with tarfile.open(self.path) as tar:
+            layout = self._read(tar, "index.json")
+            top = self.blob(tar, layout["manifests"][0]["digest"])
+            descriptors = top.get("manifests") or [layout["manifests"][0]]
+            for descriptor in descriptors:
+                if is_attestation(descriptor):
+                    continue
+                manifest = self.blob(tar, descriptor["digest"])
+                config = self.blob(tar, manifest["config"]["digest"])
+                out[f"{config.get('os', 'linux')}/{config.get('architecture', '?')}"] = config
+        return out
+
+    def platforms(self) -> dict[str, tuple[str, int]]:
+        with tarfile.open(self.path) as tar:
+            layout = self._read(tar, "index.json")
+            descriptor = layout["manifests"][0]
+            top = self.blob(tar, descriptor["digest"])
+            if "manifests" not in top:
+                size = top["config"]["size"] + sum(layer["size"] for layer in top["layers"])
+                return {"single": (descriptor["digest"], size)}
+            return platform_manifests(top, lambda d: self.blob(tar, d))
+
+    def open_blob(self, tar: tarfile.TarFile, digest: str):
+        algo, hexdigest = digest.split(":", 1)
+        member = tar.extractfile(f"blobs/{algo}/{hexdigest}")
+        if member is None:
+            raise ValueError(f"{self.path}: blob {digest} missing")
+        return member
+
+    def platform_images(self, tar: tarfile.TarFile) -> list[PlatformImage]:
+        """Each platform's manifest and config, and the in-toto statements BuildKit attached to it."""
+        layout = self._read(tar, "index.json")
+        top = self.blob(tar, layout["manifests"][0]["digest"])
+        descriptors = top.get("manifests") or [layout["manifests"][0]]
+        statements: dict[str, list[tuple[str, bytes]]] = {}
+        for descriptor in descriptors:
+            if not is_attestation(descriptor):
+                continue
+            subject = (descriptor.get("annotations") or {}).get("vnd.docker.reference.digest", "")
+            for layer in self.blob(tar, descriptor["digest"]).get("layers") or []:
+                predicate_type = (layer.get("annotations") or {}).get("in-toto.io/predicate-type", "")
+                statements.setdefault(subject, []).append((predicate_type, self.open_blob(tar, layer["digest"]).read()))
+        out = []
+        for descriptor in descriptors:
+            if is_attestation(descriptor):
+                continue
+            manifest = self.blob(tar, descriptor["digest"])
+            config = self.blob(tar, manifest["config"]["digest"])
+            platform = f"{config.get('os', 'linux')}/{config.get('architecture', '?')}"
+            out.append(
+                PlatformImage(
+                    platform,
+                    descriptor["digest"],
+                    descriptor,
+                    manifest,
+                    config,
+                    statements.get(descriptor["digest"], []),
+                )
+            )
+        return out
+
+
+@dataclass(frozen=True)
+class PlatformImage:
+    platform: str
+    digest: str
+    descriptor: dict  # as the index lists it: mediaType, size, digest
+    manifest: dict
+    config: dict
+    statements: list[tuple[str, bytes]]  # (predicate type, in-toto statement) from BuildKit

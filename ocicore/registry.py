@@ -1,0 +1,556 @@
+"""A small OCI distribution client (distribution-spec v1.1) on `requests`.
+
+Enough for pushing and reading images, signatures and attachments by tag or digest: references,
+token/basic auth, manifests (OCI and Docker v2 media types), blobs (monolithic upload, cross-repo
+mount, streamed download with digest check), tags, deletes; retries with exponential backoff.
+
+Scheme: plain http for loopback registries (127.0.0.0/8, localhost, ::1), as dockerd treats them;
+https elsewhere unless `insecure=True`. Credentials: explicit, then XCFORGE_REGISTRY_USERNAME /
+XCFORGE_REGISTRY_PASSWORD, then `auths` in the docker config ($DOCKER_CONFIG/config.json or
+~/.docker/config.json; credential helpers are not run).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import ipaddress
+import json
+import os
+import re
+import tempfile
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import IO, Any
+from urllib.parse import urlencode, urljoin, urlparse
+
+import requests
+
+from ocicore import __version__
+from ocicore.errors import ConfigError, RegistryError
+
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+OCI_INDEX = "application/vnd.oci.image.index.v1+json"
+DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
+DOCKER_MANIFEST_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
+OCI_CONFIG = "application/vnd.oci.image.config.v1+json"
+OCI_EMPTY = "application/vnd.oci.empty.v1+json"
+OCI_EMPTY_BLOB = b"{}"
+INDEX_MEDIA_TYPES = frozenset({OCI_INDEX, DOCKER_MANIFEST_LIST})
+MANIFEST_MEDIA_TYPES = (OCI_INDEX, OCI_MANIFEST, DOCKER_MANIFEST_LIST, DOCKER_MANIFEST)
+
+# go-containerregistry's names for Docker Hub; `index.docker.io` is what cosign writes into payloads.
+DOCKER_HUB = "index.docker.io"
+_DOCKER_HUB_ALIASES = {"docker.io", "index.docker.io", "registry-1.docker.io"}
+_DOCKER_HUB_API = "registry-1.docker.io"
+
+# distribution/reference grammar (reference/regexp.go).
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|[-]+)[a-z0-9]+)*"
+_REPOSITORY = re.compile(rf"^{_COMPONENT}(?:/{_COMPONENT})*$")
+_TAG = re.compile(r"^[\w][\w.-]{0,127}$")
+_DIGEST = re.compile(r"^(sha256:[a-f0-9]{64}|sha512:[a-f0-9]{128})$")
+_LABEL = r"[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?"
+_HOST = re.compile(rf"^(?:{_LABEL}(?:\.{_LABEL})*|\[[0-9a-fA-F:]+\])(?::[0-9]+)?$")
+
+_MAX_MANIFEST = 4 * 1024 * 1024  # distribution's own limit
+_SPOOL_IN_MEMORY = 32 * 1024 * 1024
+
+
+def is_digest(value: str) -> bool:
+    return bool(_DIGEST.match(value or ""))
+
+
+def sha256_digest(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+@dataclass(frozen=True)
+class Reference:
+    """`registry/repository[:tag][@digest]`, normalised like the docker CLI and go-containerregistry."""
+
+    registry: str
+    repository: str
+    tag: str | None = None
+    digest: str | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> Reference:
+        raw = text.strip()
+        if not raw or any(c.isspace() for c in raw):
+            raise ConfigError(f"invalid image reference {text!r}")
+        name, digest = raw, None
+        if "@" in raw:
+            name, digest = raw.split("@", 1)
+            if not _DIGEST.match(digest):
+                raise ConfigError(f"invalid digest in {text!r}: expected sha256:<64 hex>")
+        tag = None
+        slash = name.rfind("/")
+        colon = name.rfind(":")
+        if colon > slash:
+            name, tag = name[:colon], name[colon + 1 :]
+            if not _TAG.match(tag):
+                raise ConfigError(f"invalid tag {tag!r} in {text!r}")
+        first, _, rest = name.partition("/")
+        if rest and ("." in first or ":" in first or first == "localhost" or first != first.lower()):
+            registry, repository = first, rest
+        else:
+            registry, repository = DOCKER_HUB, name
+        if registry in _DOCKER_HUB_ALIASES:
+            registry = DOCKER_HUB
+            if "/" not in repository:
+                repository = f"library/{repository}"
+        if not _HOST.match(registry):
+            raise ConfigError(f"invalid registry host {registry!r} in {text!r}")
+        if not _REPOSITORY.match(repository) or len(repository) > 255:
+            raise ConfigError(f"invalid repository {repository!r} in {text!r}: lowercase [a-z0-9._-/] only")
+        return cls(registry, repository, tag, digest)
+
+    @property
+    def name(self) -> str:
+        """`registry/repository`: the identity cosign signs (`ref.Context().Name()`)."""
+        return f"{self.registry}/{self.repository}"
+
+    @property
+    def reference(self) -> str:
+        """What goes after /manifests/: the digest when known, else the tag (default `latest`)."""
+        return self.digest or self.tag or "latest"
+
+    def with_digest(self, digest: str) -> Reference:
+        return replace(self, digest=digest)
+
+    def with_tag(self, tag: str | None) -> Reference:
+        return replace(self, tag=tag)
+
+    def __str__(self) -> str:
+        text = self.name
+        if self.tag:
+            text += f":{self.tag}"
+        if self.digest:
+            text += f"@{self.digest}"
+        return text
+
+
+def parse_reference(text: str) -> Reference:
+    return Reference.parse(text)
+
+
+@dataclass(frozen=True)
+class Manifest:
+    data: bytes
+    media_type: str
+    digest: str
+
+    def json(self) -> dict[str, Any]:
+        return json.loads(self.data)
+
+    @property
+    def is_index(self) -> bool:
+        return self.media_type in INDEX_MEDIA_TYPES
+
+    def descriptor(self) -> dict[str, Any]:
+        return {"mediaType": self.media_type, "digest": self.digest, "size": len(self.data)}
+
+
+def is_loopback(registry: str) -> bool:
+    host = urlparse(f"//{registry}").hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _registry_message(response: requests.Response) -> str:
+    """The registry's own words: distribution-spec error JSON, else the start of the body."""
+    try:
+        errors = response.json().get("errors") or []
+        parts = [f"{e.get('code', '?')}: {e.get('message', '')}".strip() for e in errors if isinstance(e, dict)]
+        if parts:
+            return "; ".join(parts)
+    except (ValueError, AttributeError):
+        pass
+    text = (response.text or "").strip().replace("\n", " ")
+    return text[:200] or response.reason or "no details"
+
+
+def _docker_config_auth(registry: str) -> tuple[str, str] | None:
+    config_dir = os.environ.get("DOCKER_CONFIG") or os.path.join(os.path.expanduser("~"), ".docker")
+    path = Path(config_dir) / "config.json"
+    try:
+        auths = json.loads(path.read_text()).get("auths", {})
+    except (OSError, ValueError):
+        return None
+    keys = [registry, f"https://{registry}", f"http://{registry}"]
+    if registry == DOCKER_HUB:
+        keys += ["https://index.docker.io/v1/", "docker.io"]
+    for key in keys:
+        entry = auths.get(key)
+        if not isinstance(entry, dict):
+            continue
+        if entry.get("auth"):
+            try:
+                user, _, password = base64.b64decode(entry["auth"]).decode().partition(":")
+                return user, password
+            except (ValueError, UnicodeDecodeError):
+                continue
+        if entry.get("username") and entry.get("password"):
+            return entry["username"], entry["password"]
+    return None
+
+
+def default_credentials(registry: str) -> tuple[str, str] | None:
+    user, password = os.environ.get("XCFORGE_REGISTRY_USERNAME"), os.environ.get("XCFORGE_REGISTRY_PASSWORD")
+    if user and password:
+        return user, password
+    return _docker_config_auth(registry)
+
+
+def _parse_challenge(header: str) -> tuple[str, dict[str, str]]:
+    scheme, _, rest = header.strip().partition(" ")
+    params = dict(re.findall(r'(\w+)="([^"]*)"', rest))
+    return scheme.lower(), params
+
+
+class RegistryClient:
+    """One registry host. Methods take the repository; errors are `RegistryError` (exit code 6)."""
+
+    def __init__(
+        self,
+        registry: str,
+        *,
+        insecure: bool = False,
+        credentials: tuple[str, str] | None = None,
+        retries: int = 4,
+        backoff: float = 0.5,
+        timeout: float = 60.0,
+        session: requests.Session | None = None,
+    ) -> None:
+        self.registry = registry
+        self.api_host = _DOCKER_HUB_API if registry == DOCKER_HUB else registry
+        self.scheme = "http" if insecure or is_loopback(registry) else "https"
+        self.credentials = credentials if credentials is not None else default_credentials(registry)
+        self.retries = retries
+        self.backoff = backoff
+        self.timeout = timeout
+        self.session = session or requests.Session()
+        self.session.headers.setdefault("User-Agent", f"xcforge/{__version__}")
+        self._tokens: dict[str, str] = {}
+        self._basic = False
+
+    @classmethod
+    def for_reference(cls, ref: Reference, **kwargs: Any) -> RegistryClient:
+        return cls(ref.registry, **kwargs)
+
+    def url(self, path: str) -> str:
+        return f"{self.scheme}://{self.api_host}/v2/{path}"
+
+    # ------------------------------------------------------------------------------------ transport
+
+    def _auth_header(self, scope: str) -> dict[str, str]:
+        if scope in self._tokens:
+            return {"Authorization": f"Bearer {self._tokens[scope]}"}
+        if self._basic and self.credentials:
+            raw = base64.b64encode(f"{self.credentials[0]}:{self.credentials[1]}".encode()).decode()
+            return {"Authorization": f"Basic {raw}"}
+        return {}
+
+    def _fetch_token(self, params: dict[str, str], scope: str) -> None:
+        realm = params.get("realm")
+        if not realm:
+            raise RegistryError(f"{self.registry}: bearer challenge without a realm")
+        query = {"service": params.get("service", "")} if params.get("service") else {}
+        scopes = [s for s in scope.split(" ") if s]
+        url = realm + ("&" if "?" in realm else "?") + urlencode([*query.items(), *[("scope", s) for s in scopes]])
+        auth = self.credentials if self.credentials else None
+        response = self._send("GET", url, auth=auth)
+        if response.status_code != 200:
+            why = f"{response.status_code}: {_registry_message(response)}"
+            raise RegistryError(f"{self.registry}: token request to {realm} failed ({why})")
+        body = response.json()
+        token = body.get("token") or body.get("access_token")
+        if not token:
+            raise RegistryError(f"{self.registry}: token endpoint returned no token")
+        self._tokens[scope] = token
+
+    def _send(self, method: str, url: str, **kwargs: Any) -> requests.Response:
+        """One HTTP exchange with retries on connection errors, 429 and 5xx."""
+        body = kwargs.get("data")
+        last_problem = ""
+        for attempt in range(self.retries + 1):
+            if attempt:
+                time.sleep(min(self.backoff * 2 ** (attempt - 1), 30.0))
+                if hasattr(body, "seek"):
+                    body.seek(0)
+            try:
+                response = self.session.request(method, url, timeout=self.timeout, **kwargs)
+            except (requests.ConnectionError, requests.Timeout) as exc:
+                last_problem = f"cannot reach {urlparse(url).netloc}: {exc.__class__.__name__}"
+                continue
+            if response.status_code == 429 or response.status_code >= 500:
+                last_problem = f"HTTP {response.status_code}: {_registry_message(response)}"
+                retry_after = response.headers.get("Retry-After", "")
+                if retry_after.isdigit() and attempt < self.retries:
+                    time.sleep(min(int(retry_after), 30))
+                continue
+            return response
+        hint = ""
+        if "reach" in last_problem:
+            hint = "; is the registry running? (scripts/provision.sh starts the local one)"
+        raise RegistryError(f"{method} {url} failed after {self.retries + 1} attempts: {last_problem}{hint}")
+
+    def request(self, method: str, path_or_url: str, *, scope: str, **kwargs: Any) -> requests.Response:
+        url = path_or_url if "://" in path_or_url else self.url(path_or_url)
+        headers = {**kwargs.pop("headers", {}), **self._auth_header(scope)}
+        response = self._send(method, url, headers=headers, **kwargs)
+        if response.status_code == 401 and "WWW-Authenticate" in response.headers:
+            scheme, params = _parse_challenge(response.headers["WWW-Authenticate"])
+            if scheme == "bearer":
+                wanted = " ".join(dict.fromkeys([*scope.split(" "), params.get("scope", "")])).strip()
+                self._fetch_token(params, wanted)
+                self._tokens[scope] = self._tokens[wanted]
+            elif scheme == "basic" and self.credentials:
+                self._basic = True
+            else:
+                return response
+            headers.update(self._auth_header(scope))
+            if hasattr(kwargs.get("data"), "seek"):
+                kwargs["data"].seek(0)
+            response = self._send(method, url, headers=headers, **kwargs)
+        return response
+
+    def _check(self, response: requests.Response, what: str, ok: Iterable[int]) -> requests.Response:
+        if response.status_code in ok:
+            return response
+        if response.status_code == 404:
+            raise RegistryNotFound(f"{what}: not found ({_registry_message(response)})")
+        if response.status_code in (401, 403):
+            raise RegistryError(
+                f"{what}: access denied ({response.status_code}: {_registry_message(response)}); "
+                "log in (docker login) or set XCFORGE_REGISTRY_USERNAME / XCFORGE_REGISTRY_PASSWORD"
+            )
+        raise RegistryError(f"{what}: HTTP {response.status_code}: {_registry_message(response)}")
+
+    @staticmethod
+    def _scope(repository: str, actions: str) -> str:
+        return f"repository:{repository}:{actions}"
+
+    # ------------------------------------------------------------------------------------ manifests
+
+    def get_manifest(
+        self, repository: str, reference: str, *, accept: Iterable[str] = MANIFEST_MEDIA_TYPES
+    ) -> Manifest:
+        what = f"{self.registry}/{repository}{'@' if is_digest(reference) else ':'}{reference}"
+        response = self._check(
+            self.request(
+                "GET",
+                f"{repository}/manifests/{reference}",
+                scope=self._scope(repository, "pull"),
+                headers={"Accept": ", ".join(accept)},
+            ),
+            what,
+            (200,),
+        )
+        data = response.content
+        if len(data) > _MAX_MANIFEST:
+            raise RegistryError(f"{what}: manifest larger than {_MAX_MANIFEST} bytes")
+        digest = sha256_digest(data)
+        if is_digest(reference) and reference != digest:
+            raise RegistryError(f"{what}: registry returned content with digest {digest}")
+        media_type = response.headers.get("Content-Type", "").split(";")[0].strip()
+        if media_type not in MANIFEST_MEDIA_TYPES:
+            with contextlib.suppress(ValueError, AttributeError):
+                media_type = json.loads(data).get("mediaType") or media_type
+        return Manifest(data, media_type, digest)
+
+    def head_manifest(self, repository: str, reference: str) -> tuple[str, str] | None:
+        """(digest, media type) or None when absent."""
+        response = self.request(
+            "HEAD",
+            f"{repository}/manifests/{reference}",
+            scope=self._scope(repository, "pull"),
+            headers={"Accept": ", ".join(MANIFEST_MEDIA_TYPES)},
+        )
+        if response.status_code == 404:
+            return None
+        self._check(response, f"{self.registry}/{repository}:{reference}", (200,))
+        digest = response.headers.get("Docker-Content-Digest", "")
+        if not is_digest(digest):
+            manifest = self.get_manifest(repository, reference)
+            return manifest.digest, manifest.media_type
+        return digest, response.headers.get("Content-Type", "").split(";")[0].strip()
+
+    def resolve(self, repository: str, reference: str) -> str:
+        """Digest of a tag (or digest): Docker-Content-Digest, else sha256 of the manifest body."""
+        found = self.head_manifest(repository, reference)
+        if found is None:
+            raise RegistryNotFound(f"{self.registry}/{repository}:{reference}: not found")
+        return found[0]
+
+    def put_manifest(self, repository: str, reference: str, data: bytes, media_type: str) -> str:
+        digest = sha256_digest(data)
+        if is_digest(reference) and reference != digest:
+            raise RegistryError(f"manifest bytes have digest {digest}, not {reference}")
+        response = self.request(
+            "PUT",
+            f"{repository}/manifests/{reference}",
+            scope=self._scope(repository, "pull,push"),
+            data=data,
+            headers={"Content-Type": media_type},
+        )
+        self._check(response, f"push manifest {self.registry}/{repository}:{reference}", (200, 201, 202))
+        returned = response.headers.get("Docker-Content-Digest")
+        if returned and returned != digest:
+            raise RegistryError(f"registry stored manifest as {returned}, expected {digest}")
+        return digest
+
+    def delete_manifest(self, repository: str, digest: str) -> None:
+        response = self.request("DELETE", f"{repository}/manifests/{digest}", scope=self._scope(repository, "delete"))
+        self._check(response, f"delete {self.registry}/{repository}@{digest}", (200, 202))
+
+    def list_tags(self, repository: str) -> list[str]:
+        tags: list[str] = []
+        url: str | None = self.url(f"{repository}/tags/list?n=1000")
+        while url:
+            response = self.request("GET", url, scope=self._scope(repository, "pull"))
+            if response.status_code == 404:
+                return tags
+            self._check(response, f"list tags of {self.registry}/{repository}", (200,))
+            tags.extend(response.json().get("tags") or [])
+            link = response.links.get("next", {}).get("url")
+            url = urljoin(url, link) if link else None
+        return tags
+
+    # ------------------------------------------------------------------------------------ blobs
+
+    def blob_exists(self, repository: str, digest: str) -> bool:
+        response = self.request("HEAD", f"{repository}/blobs/{digest}", scope=self._scope(repository, "pull"))
+        if response.status_code == 404:
+            return False
+        self._check(response, f"blob {digest}", (200,))
+        return True
+
+    def get_blob(self, repository: str, digest: str, *, max_size: int = 64 * 1024 * 1024) -> bytes:
+        """A small blob (config, signature payload) in memory, checked against its digest."""
+        response = self._check(
+            self.request("GET", f"{repository}/blobs/{digest}", scope=self._scope(repository, "pull"), stream=True),
+            f"blob {self.registry}/{repository}@{digest}",
+            (200,),
+        )
+        chunks, size = [], 0
+        for chunk in response.iter_content(1 << 16):
+            size += len(chunk)
+            if size > max_size:
+                raise RegistryError(f"blob {digest} is larger than {max_size} bytes")
+            chunks.append(chunk)
+        data = b"".join(chunks)
+        if sha256_digest(data) != digest:
+            raise RegistryError(f"blob {self.registry}/{repository}@{digest}: content does not match its digest")
+        return data
+
+    def download_blob(self, repository: str, digest: str, out: IO[bytes]) -> int:
+        """Stream a blob of any size into `out`, checking the digest; returns its size."""
+        response = self._check(
+            self.request("GET", f"{repository}/blobs/{digest}", scope=self._scope(repository, "pull"), stream=True),
+            f"blob {self.registry}/{repository}@{digest}",
+            (200,),
+        )
+        hasher, size = hashlib.sha256(), 0
+        for chunk in response.iter_content(1 << 20):
+            hasher.update(chunk)
+            out.write(chunk)
+            size += len(chunk)
+        if f"sha256:{hasher.hexdigest()}" != digest:
+            raise RegistryError(f"blob {self.registry}/{repository}@{digest}: content does not match its digest")
+        return size
+
+    def push_blob(self, repository: str, data: bytes | IO[bytes], digest: str | None = None) -> str:
+        """Monolithic upload (POST, then PUT with ?digest=). Skipped when the blob exists."""
+        if isinstance(data, bytes | bytearray):
+            digest = digest or sha256_digest(bytes(data))
+        elif digest is None:
+            raise ValueError("push_blob needs the digest of a streamed blob")
+        if self.blob_exists(repository, digest):
+            return digest
+        location = self._start_upload(repository)
+        self._finish_upload(repository, location, digest, data)
+        return digest
+
+    def _start_upload(self, repository: str, query: str = "") -> str:
+        response = self.request(
+            "POST", f"{repository}/blobs/uploads/{query}", scope=self._scope(repository, "pull,push")
+        )
+        self._check(response, f"start blob upload to {self.registry}/{repository}", (202,))
+        return response.headers["Location"]
+
+    def _finish_upload(self, repository: str, location: str, digest: str, data: bytes | IO[bytes]) -> None:
+        url = urljoin(self.url(""), location)
+        url += ("&" if "?" in url else "?") + urlencode({"digest": digest})
+        response = self.request(
+            "PUT",
+            url,
+            scope=self._scope(repository, "pull,push"),
+            data=data,
+            headers={"Content-Type": "application/octet-stream"},
+        )
+        self._check(response, f"upload blob {digest} to {self.registry}/{repository}", (201, 204))
+
+    def mount_blob(self, repository: str, digest: str, from_repository: str) -> bool:
+        """Cross-repository mount on the same registry; False when the registry declines."""
+        scope = f"{self._scope(repository, 'pull,push')} {self._scope(from_repository, 'pull')}"
+        response = self.request(
+            "POST",
+            f"{repository}/blobs/uploads/?{urlencode({'mount': digest, 'from': from_repository})}",
+            scope=scope,
+        )
+        if response.status_code == 201:
+            return True
+        if response.status_code == 202 and "Location" in response.headers:
+            # Declined but an upload session was opened; let it expire (distribution cleans up).
+            return False
+        self._check(response, f"mount {digest} into {self.registry}/{repository}", (201, 202))
+        return False
+
+
+class RegistryNotFound(RegistryError):
+    """The manifest, tag or blob does not exist (HTTP 404)."""
+
+
+def copy_blob(
+    source: RegistryClient, source_repository: str, target: RegistryClient, target_repository: str, digest: str
+) -> None:
+    """Copy one blob between repositories/registries: skip, mount, or stream through a spool file."""
+    if target.blob_exists(target_repository, digest):
+        return
+    same_registry = source.registry == target.registry and source.api_host == target.api_host
+    if same_registry and target.mount_blob(target_repository, digest, source_repository):
+        return
+    with tempfile.SpooledTemporaryFile(max_size=_SPOOL_IN_MEMORY) as spool:
+        source.download_blob(source_repository, digest, spool)
+        spool.seek(0)
+        target.push_blob(target_repository, spool, digest)
+
+
+def manifest_children(manifest: Manifest) -> Iterator[dict[str, Any]]:
+    """Descriptors a manifest points at: child manifests of an index, or config + layers."""
+    doc = manifest.json()
+    if manifest.is_index:
+        yield from doc.get("manifests") or []
+    else:
+        if doc.get("config"):
+            yield doc["config"]
+        yield from doc.get("layers") or []
+
+
+def blob_descriptors(manifest: Manifest) -> list[dict[str, Any]]:
+    if manifest.is_index:
+        return []
+    return [d for d in manifest_children(manifest) if "urls" not in d]  # foreign layers stay where they are
+
+
+def canonical_json(doc: Mapping[str, Any]) -> bytes:
+    """Compact JSON for manifests we write (stable bytes, hence stable digests)."""
+    return json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode("utf-8")

@@ -1,0 +1,1 @@
+"""Build outputs beside each image: SBOM (CycloneDX) and BuildKit provenance per platform."""

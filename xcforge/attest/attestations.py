@@ -1,0 +1,184 @@
+"""A built archive → what a reviewer asks for next: each platform's SBOM and build provenance.
+
+Written right after the build, before anything is pushed, into `<archive>.attestations/`
+(`dist/<target>.attestations/` when the archive is a work file of a push):
+
+- `<os>-<arch>.cdx.json`: the CycloneDX SBOM read from that platform's layers (xcforge/attest/sbom.py);
+- `<os>-<arch>.provenance.json`: the SLSA provenance statement BuildKit recorded for it
+  (`--provenance=mode=max`), byte for byte, so what gets signed is what BuildKit wrote.
+
+The sign step (xcforge/sign/stage.py) turns both into signed in-toto statements (signing/attest.py);
+push modes also attach the raw SBOM in the registry.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ocicore import layout as image_inspect
+from ocicore.errors import ConfigError
+from signing.attest import PROVENANCE_PREDICATES, SBOM_PREDICATE, statement
+from xcforge.attest import sbom
+
+PROVENANCE_SUFFIX = ".provenance.json"
+RECORD = "attestations.json"  # what was written, so a skipped (unchanged) build can sign it again
+
+
+@dataclass(frozen=True)
+class PlatformAttestations:
+    platform: str
+    digest: str
+    media_type: str
+    size: int
+    sbom: str  # path of the SBOM file
+    provenance: str | None  # path of BuildKit's statement (None when the build recorded none)
+    provenance_type: str | None
+    components: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(vars(self))
+
+
+def attestation_dir(archive: Path) -> Path:
+    return archive.with_name(archive.name.removesuffix(".partial") + ".attestations")
+
+
+def _layer_cache_key(layer: dict) -> str:
+    """Layers are content-addressed: one digest, one set of files. The key also covers sbom.py
+    itself, so a change in what is read from a layer invalidates what was kept."""
+    source = hashlib.sha256(Path(sbom.__file__).read_bytes()).hexdigest()[:16]
+    return f"{layer['digest'].replace(':', '-')}-{source}"
+
+
+def _layer_entries(reader, tar: tarfile.TarFile, layer: dict, cache: Path | None) -> sbom.LayerEntries:
+    """One layer's SBOM-relevant entries, from `cache` when this layer was read before (a cached
+    rebuild changes only its top layers)."""
+    path = cache / f"{_layer_cache_key(layer)}.json" if cache else None
+    if path and path.exists():
+        try:
+            return sbom.LayerEntries.from_json(path.read_text())
+        except (ValueError, TypeError, KeyError):
+            pass  # an unreadable entry is read again
+    entries = sbom.read_layer(reader.open_blob(tar, layer["digest"]), layer["mediaType"])
+    if path:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(entries.to_json())
+        tmp.replace(path)
+    return entries
+
+
+def write_attestations(
+    archive: Path, out: Path, repository: str, *, cache: Path | None = None
+) -> list[PlatformAttestations]:
+    """SBOM and provenance of every platform in `archive` (an OCI-layout tar), written under `out`.
+    With `cache` (a directory), each layer is read once: what it holds is kept by its digest."""
+    reader = image_inspect.OciArchive(archive)
+    written = []
+    try:
+        with tarfile.open(archive) as tar:
+            for image in reader.platform_images(tar):
+                layers = (_layer_entries(reader, tar, layer, cache) for layer in image.manifest["layers"])
+                inventory = sbom.inventory(sbom.merge_layers(layers), image.platform)
+                subject = sbom.Subject(repository, image.digest, image.platform, str(image.config.get("created", "")))
+                document = sbom.document(inventory, subject)
+                sbom_path = out / sbom.file_name(image.platform)
+                sbom.write(sbom_path, document)
+                provenance_path, provenance_type = None, None
+                for predicate_type, statement in image.statements:
+                    if predicate_type in PROVENANCE_PREDICATES:
+                        provenance_path = out / (image.platform.replace("/", "-") + PROVENANCE_SUFFIX)
+                        sbom.write(provenance_path, statement)
+                        provenance_type = predicate_type
+                written.append(
+                    PlatformAttestations(
+                        image.platform,
+                        image.digest,
+                        image.descriptor["mediaType"],
+                        image.descriptor["size"],
+                        str(sbom_path),
+                        str(provenance_path) if provenance_path else None,
+                        provenance_type,
+                        len(inventory.packages),
+                    )
+                )
+    except (tarfile.TarError, OSError, KeyError, ValueError) as exc:
+        raise ConfigError(f"{archive}: cannot read the image for its SBOM ({exc})") from exc
+    sbom.write(out / RECORD, (json.dumps([w.as_dict() for w in written], indent=1) + "\n").encode())
+    return written
+
+
+def load_recorded(out: Path, digests: set[str]) -> list[dict[str, Any]]:
+    """The entries written for these platform digests by an earlier build, when all are there."""
+    entries = _recorded(out)
+    if {e["digest"] for e in entries} != digests:
+        return []
+    return [e for e in entries if all(Path(p).exists() for p in (e.get("sbom"), e.get("provenance")) if p)]
+
+
+def sbom_statement(document: Any, name: str, digest: str) -> tuple[str, bytes]:
+    """The in-toto statement that carries a platform's SBOM: what SM2 and cosign sign."""
+    return SBOM_PREDICATE, statement(SBOM_PREDICATE, document, [(name, digest)])
+
+
+def statements(entry: PlatformAttestations | dict[str, Any], repository: str) -> list[tuple[str, bytes]]:
+    """(predicate type, in-toto statement) pairs to sign for one platform."""
+    item = entry.as_dict() if isinstance(entry, PlatformAttestations) else entry
+    try:
+        out = [sbom_statement(json.loads(Path(item["sbom"]).read_bytes()), repository, item["digest"])]
+        if item.get("provenance"):
+            out.append((item["provenance_type"], Path(item["provenance"]).read_bytes()))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(
+            f"attestation input for {item.get('platform')} unreadable ({exc}); rebuild with --force"
+        ) from exc
+    return out
+
+
+def archive_statements(archive: Path, repository: str) -> dict[str, list[tuple[str, bytes]]]:
+    """platform digest → statements, from what the build wrote beside `archive`."""
+    recorded = _recorded(attestation_dir(archive))
+    return {entry["digest"]: statements(entry, repository) for entry in recorded}
+
+
+def registry_statements(client, repository: str, name: str, digest: str) -> dict[str, list[tuple[str, bytes]]]:
+    """platform digest → statements, from the registry: the attached SBOM and BuildKit's provenance."""
+    from signing.attest import read_sbom
+
+    top = client.get_manifest(repository, digest)
+    children = top.json().get("manifests") or [] if top.is_index else [{"digest": digest}]
+    provenance: dict[str, tuple[str, bytes]] = {}
+    platforms = []
+    for child in children:
+        annotations = child.get("annotations") or {}
+        if not image_inspect.is_attestation(child):
+            platforms.append(child["digest"])
+            continue
+        for layer in client.get_manifest(repository, child["digest"]).json().get("layers") or []:
+            predicate_type = (layer.get("annotations") or {}).get("in-toto.io/predicate-type", "")
+            if predicate_type in PROVENANCE_PREDICATES:
+                data = client.get_blob(repository, layer["digest"])
+                provenance[annotations.get("vnd.docker.reference.digest", "")] = (predicate_type, data)
+    out: dict[str, list[tuple[str, bytes]]] = {}
+    for platform_digest in platforms:
+        pairs = []
+        document = read_sbom(client, repository, platform_digest)
+        if document is not None:
+            pairs.append(sbom_statement(json.loads(document), name, platform_digest))
+        if platform_digest in provenance:
+            pairs.append(provenance[platform_digest])
+        out[platform_digest] = pairs
+    return out
+
+
+def _recorded(out: Path) -> list[dict[str, Any]]:
+    try:
+        entries = json.loads((out / RECORD).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    return [e for e in entries if isinstance(e, dict) and e.get("digest")] if isinstance(entries, list) else []

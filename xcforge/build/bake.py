@@ -1,0 +1,274 @@
+"""The build graph as a `docker buildx bake` definition: the fourth arrow of the flow.
+
+Two files, one definition. `docker-bake.hcl` (committed, drift-checked like the Dockerfiles) holds
+everything the matrix says about a build: each target's context, named contexts, platforms,
+annotations, provenance and cache settings. It is usable without xcforge:
+
+    python build.py contexts --all          # the engine wheel and sdists the contexts name
+    docker buildx bake -f docker-bake.hcl cpu
+
+A build run adds a second file, `dist/bake/<run>.json`, with what only this site and this run know
+(mirrored base, build args from the site, secrets *paths*, the archive to write, platform subset).
+Bake merges it over the committed one; the `--print` of the pair is what BuildKit builds.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from xcforge.config.matrix import Matrix, Target
+from xcforge.plan.render import REPO_ROOT, labels
+from xcforge.plan.verification import label_value, planned
+
+BAKE_FILE = REPO_ROOT / "docker-bake.hcl"
+# Work directories the committed file names; `build.py contexts` fills them (plan.py uses the same).
+CONTEXTS_DIR = "dist/.contexts"
+# Labels that are also OCI annotations on the index and every manifest (the registry shows them
+# without reading the config blob). One list, values from render.labels: built once, from one place.
+ANNOTATED_LABELS = (
+    "org.opencontainers.image.title",
+    "org.opencontainers.image.description",
+    "org.opencontainers.image.version",
+    "org.opencontainers.image.revision",
+    "org.opencontainers.image.created",
+    "org.opencontainers.image.source",
+    "org.opencontainers.image.base.name",
+    "io.xcforge.target",
+)
+# (base.digest stays a label only: one committed file serves every target, and a bake variable
+# is global, so a per-target digest cannot be interpolated into it; provenance records it too.)
+# Variables of the committed file, each also a build arg of every Dockerfile of the same name.
+VARIABLES = {
+    "BUILD_REVISION": ("unknown", "commit the image is built from (xcforge passes git's)"),
+    "BUILD_CREATED": ("", "RFC 3339 time of that commit"),
+    "BUILD_SOURCE": ("https://github.com/xcforge/xcforge", "where the sources live"),
+    "REPOSITORY_PREFIX": ("xcforge", "HOST[:PORT]/PREFIX the tags are written under"),
+    "CACHE_REPOSITORY": ("", "HOST[:PORT]/PREFIX for BuildKit's registry cache; empty: no registry cache"),
+}
+_INTERPOLATION = re.compile(r"\$\{([A-Z_]+)\}")
+
+
+def annotations(matrix: Matrix, target: Target, values: Mapping[str, str]) -> dict[str, str]:
+    """The annotated labels with ${ARG} filled from `values` (absent: empty), base.name the
+    matrix's own reference (a mirror is a site detail, not the image's identity)."""
+    out = {}
+    for key, value in labels(matrix, target):
+        if key not in ANNOTATED_LABELS:
+            continue
+        if key == "org.opencontainers.image.base.name":
+            value = target.base.pinned_ref
+        out[key] = _INTERPOLATION.sub(lambda m: values.get(m.group(1), ""), value)
+    return out
+
+
+def annotation_flags(annotated: Mapping[str, str]) -> list[str]:
+    # One entry per level: buildx 0.13 reads "index,manifest:" as part of the key.
+    return [f"{level}:{k}={v}" for k, v in annotated.items() for level in ("index", "manifest")]
+
+
+def image_name(target: Target) -> str:
+    return f"{'vllm' if target.engine.is_vllm else 'llamacpp'}-{target.name}"
+
+
+def cache_name(target: Target, platforms: tuple[str, ...]) -> str:
+    return f"{image_name(target)}:buildcache-{'-'.join(p.split('/')[1] for p in platforms)}"
+
+
+def named_contexts(matrix: Matrix, target: Target, work: Path) -> dict[str, Path]:
+    """The named build contexts every Dockerfile mounts (plan.py and the committed file agree)."""
+    return {
+        "engine": work / "engine",  # the xcforge-engine wheel (engine_wheel.py)
+        "support": matrix.images_dir / "support",
+        "wheels": work / "empty-wheelhouse",  # a site's --wheelhouse replaces it
+        "sdists": work / "sdists" / target.name,  # the engine sdist of a source-empty target
+    }
+
+
+# --------------------------------------------------------------------------- the committed file
+
+
+@dataclass(frozen=True)
+class _Raw:
+    """An HCL expression written as is (not quoted)."""
+
+    text: str
+
+
+@dataclass
+class _Block:
+    kind: str
+    name: str
+    attrs: dict[str, object] = field(default_factory=dict)
+    comment: str = ""
+
+
+def _committed_target(matrix: Matrix, target: Target) -> _Block:
+    root = matrix.root
+    rel = lambda p: str(Path(p).relative_to(root)) if Path(p).is_relative_to(root) else str(p)  # noqa: E731
+    production = planned(matrix, target, target.platforms, engine_install="full", plugin_install="full")
+    variables = {name: "${" + name + "}" for name in VARIABLES}
+    cache = cache_name(target, target.platforms)
+    return _Block(
+        "target",
+        target.name,
+        {
+            "context": rel(matrix.images_dir / target.name),
+            "dockerfile": "Dockerfile",
+            "contexts": {k: rel(v) for k, v in named_contexts(matrix, target, root / CONTEXTS_DIR).items()},
+            "platforms": list(target.platforms),
+            "args": {
+                "BUILD_REVISION": _Raw("BUILD_REVISION"),
+                "BUILD_CREATED": _Raw("BUILD_CREATED"),
+                "BUILD_SOURCE": _Raw("BUILD_SOURCE"),
+                "XCFORGE_VERIFICATION": label_value(production),
+            },
+            "tags": [
+                f"${{REPOSITORY_PREFIX}}/{image_name(target)}:{matrix.engine_version(target)}-{target.variant}",
+                f"${{REPOSITORY_PREFIX}}/{image_name(target)}:{matrix.engine_version(target)}-{target.variant}"
+                "-${BUILD_REVISION}",
+            ],
+            "annotations": annotation_flags(annotations(matrix, target, variables)),
+            "attest": ["type=provenance,mode=max"],
+            "cache-from": _Raw(f'CACHE_REPOSITORY == "" ? [] : ["type=registry,ref=${{CACHE_REPOSITORY}}/{cache}"]'),
+            "cache-to": _Raw(
+                f'CACHE_REPOSITORY == "" ? [] : ["type=registry,ref=${{CACHE_REPOSITORY}}/{cache},mode=max"]'
+            ),
+        },
+        comment=f"{target.description}. Hardware: {target.hardware}.",
+    )
+
+
+def _hcl_string(value: str) -> str:
+    # JSON escapes are HCL escapes; `%{` starts an HCL template directive and must be doubled.
+    return json.dumps(value, ensure_ascii=False).replace("%{", "%%{")
+
+
+def _hcl_value(value: object, indent: str) -> str:
+    if isinstance(value, _Raw):
+        return value.text
+    if isinstance(value, str):
+        return _hcl_string(value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        if not value:
+            return "[]"
+        inner = indent + "  "
+        return "[\n" + "".join(f"{inner}{_hcl_value(v, inner)},\n" for v in value) + f"{indent}]"
+    if isinstance(value, dict):
+        inner = indent + "  "
+        width = max(len(k) for k in value)
+        return (
+            "{\n" + "".join(f"{inner}{k:<{width}} = {_hcl_value(v, inner)}\n" for k, v in value.items()) + f"{indent}}}"
+        )
+    raise TypeError(f"no HCL form for {value!r}")
+
+
+def _hcl_block(block: _Block) -> str:
+    lines = [f"# {block.comment}"] if block.comment else []
+    lines.append(f'{block.kind} "{block.name}" {{')
+    width = max((len(k) for k in block.attrs), default=0)
+    for key, value in block.attrs.items():
+        lines.append(f"  {key:<{width}} = {_hcl_value(value, '  ')}")
+    lines.append("}")
+    return "\n".join(lines)
+
+
+def render_bake_file(matrix: Matrix) -> str:
+    blocks = [_Block("variable", name, {"default": default}, comment=why) for name, (default, why) in VARIABLES.items()]
+    blocks.append(_Block("group", "default", {"targets": list(matrix.targets)}, comment="Every image of the matrix."))
+    blocks += [_committed_target(matrix, target) for target in matrix.targets.values()]
+    header = (
+        "# Generated by `python build.py render --all` from matrix.yaml: do not edit (render --check fails on drift).\n"
+        "# Build without xcforge: `python build.py contexts --all`, then `docker buildx bake -f docker-bake.hcl cpu`\n"
+        "# (override a variable with REPOSITORY_PREFIX=registry.example/xcforge in the environment).\n"
+    )
+    return header + "\n" + "\n\n".join(_hcl_block(b) for b in blocks) + "\n"
+
+
+@dataclass(frozen=True)
+class BakeDrift:
+    path: Path
+    status: str  # ok | stale | missing | written
+
+
+def write_or_check(matrix: Matrix, check: bool, path: Path | None = None) -> BakeDrift:
+    path = path or matrix.root / BAKE_FILE.name
+    text = render_bake_file(matrix)
+    current = path.read_text(encoding="utf-8") if path.exists() else None
+    if current == text:
+        return BakeDrift(path, "ok")
+    if check:
+        return BakeDrift(path, "missing" if current is None else "stale")
+    path.write_text(text, encoding="utf-8")
+    return BakeDrift(path, "written")
+
+
+# --------------------------------------------------------------------------- one run's overrides
+
+
+@dataclass(frozen=True)
+class RunTarget:
+    """What one build run sets on one committed target (merged over it by bake)."""
+
+    name: str  # the committed target's name
+    platforms: tuple[str, ...]
+    args: dict[str, str]
+    contexts: dict[str, Path]
+    context: Path
+    outputs: tuple[str, ...]
+    secrets: dict[str, Path] = field(default_factory=dict)
+    cache_ref: str | None = None  # registry cache reference, or none
+
+    def as_bake(self) -> dict:
+        entry: dict[str, object] = {
+            "context": str(self.context),
+            "platforms": list(self.platforms),
+            "args": dict(sorted(self.args.items())),
+            "contexts": {k: str(v) for k, v in sorted(self.contexts.items())},
+            "secret": [f"id={k},src={v}" for k, v in sorted(self.secrets.items())],
+            "output": list(self.outputs),
+            "tags": [],  # the names travel in the output (the archive is what gets pushed)
+            "cache-from": [f"type=registry,ref={self.cache_ref}"] if self.cache_ref else [],
+            "cache-to": [f"type=registry,ref={self.cache_ref},mode=max"] if self.cache_ref else [],
+        }
+        return entry
+
+
+def variables(build_args: Mapping[str, str]) -> dict[str, str]:
+    """The committed file's variables for this run (bake reads them from its environment)."""
+    values = {name: default for name, (default, _) in VARIABLES.items()}
+    values.update({k: v for k, v in build_args.items() if k in VARIABLES})
+    values["CACHE_REPOSITORY"] = ""  # the run file sets the cache of each target explicitly
+    return values
+
+
+def write_run_file(path: Path, runs: list[RunTarget]) -> Path:
+    """The run's overrides; secret *paths* only, never contents (the file stays in dist/bake/)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    doc = {
+        "group": {"default": {"targets": [r.name for r in runs]}},
+        "target": {r.name: r.as_bake() for r in runs},
+    }
+    path.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    return path
+
+
+__all__ = [
+    "ANNOTATED_LABELS",
+    "BAKE_FILE",
+    "RunTarget",
+    "annotation_flags",
+    "annotations",
+    "cache_name",
+    "image_name",
+    "named_contexts",
+    "render_bake_file",
+    "variables",
+    "write_or_check",
+    "write_run_file",
+]

@@ -1,0 +1,598 @@
+"""Build plans → images, with docker buildx: the third arrow of the flow.
+
+Publishing is two-phase so that a failed or interrupted build leaves nothing under the final tags:
+buildx pushes the image by digest only, and the tags are attached afterwards in one quick,
+manifest-only step (`imagetools create`). Archives are written to a `.partial` name and renamed
+when complete. Registry errors are retried with backoff, then reported with the registry's words.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import os
+import re
+import shutil
+import tempfile
+import time
+from configparser import ConfigParser
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import quote, urlsplit, urlunsplit
+
+from ocicore import layout as image_inspect
+from ocicore.errors import BuildFailed, ConfigError, RegistryError, RenderError, XcforgeError
+from ocicore.layout import merge_archives
+from ocicore.push import push_layout
+from ocicore.registry import RegistryClient, parse_reference
+from xcforge.attest import sbom
+from xcforge.attest.attestations import attestation_dir, load_recorded, write_attestations
+from xcforge.build import bake
+from xcforge.build.buildx import RETRYABLE, bake_command, failure_reason, node_platforms, run_bake, say
+from xcforge.build.engine_wheel import ensure_engine_wheel
+from xcforge.build.fingerprint import build_fingerprint, hash_tree
+from xcforge.ci import actions as ci
+from xcforge.config.matrix import Matrix
+from xcforge.plan import deps
+from xcforge.plan.build_plan import BuildOptions, BuildPlan
+from xcforge.plan.render import render_target
+from xcforge.report.results import BuildResult, PlatformResult, merge_into_report, print_table, write_reports
+from xcforge.shell import DOCKER, run
+
+STANDIN_LABEL = "io.xcforge.stand-in"
+FINGERPRINT_LABEL = "io.xcforge.fingerprint"
+REGISTRY_RETRIES = 3
+
+
+@dataclass(frozen=True)
+class BuildRequest:
+    matrix: Matrix
+    plans: list[BuildPlan]
+    options: BuildOptions
+    keep_going: bool = False
+    smoke: bool = False
+    sign: bool = False
+    sm2_key: Path | None = None
+    cosign_key: Path | None = None
+    keyless: bool = False
+    builder: str | None = None  # --builder: every platform on this buildx builder
+
+    def builders_for(self, plan: BuildPlan) -> dict[str, str | None]:
+        """platform → buildx builder (None: the current one). --builder wins over the site's map."""
+        if self.builder:
+            return dict.fromkeys(plan.platforms, self.builder)
+        return {p: plan.site.builders.get(p) for p in plan.platforms}
+
+    def node_platforms(self, builder: str | None) -> tuple[str, ...]:
+        return node_platforms(builder)
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+def _pip_conf(plan: BuildPlan) -> str | None:
+    """The pip.conf secret: index URLs with credentials live here and nowhere else."""
+    pip = plan.site.pip
+    if not (pip.index_url or pip.token_env or pip.trusted_hosts):
+        return None
+    token = os.environ.get(pip.token_env, "") if pip.token_env else ""
+
+    def with_token(url: str) -> str:
+        if not token:
+            return url
+        parts = urlsplit(url)
+        user, _, password = token.partition(":") if ":" in token else ("__token__", ":", token)
+        netloc = f"{quote(user, safe='')}:{quote(password, safe='')}@{parts.hostname}"
+        if parts.port:
+            netloc += f":{parts.port}"
+        return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+    conf = ConfigParser()
+    conf["global"] = {}
+    if pip.index_url:
+        conf["global"]["index-url"] = with_token(pip.index_url)
+    if pip.trusted_hosts:
+        conf["global"]["trusted-host"] = " ".join(pip.trusted_hosts)
+    lines = []
+    for section in conf.sections():
+        lines.append(f"[{section}]")
+        lines += [f"{k} = {v}" for k, v in conf[section].items()]
+    return "\n".join(lines) + "\n"
+
+
+def _context_hashes(plan: BuildPlan, engine_hash: str) -> dict[str, str]:
+    wheels = plan.named_contexts["wheels"]
+    return {
+        "engine": engine_hash,
+        "support": hash_tree(plan.named_contexts["support"]),
+        "wheels": hash_tree(wheels, contents=False) if wheels.exists() else "none",
+        "context": hash_tree(plan.context),
+        "sdists": hash_tree(plan.named_contexts["sdists"]) if plan.named_contexts["sdists"].exists() else "none",
+    }
+
+
+def _base_facts(plan: BuildPlan) -> tuple[str, str]:
+    """(digest, real|stand-in) of the base as FROM will pull it."""
+    try:
+        digest = plan.base_ref.split("@", 1)[1] if "@" in plan.base_ref else image_inspect.resolve_digest(plan.base_ref)
+        labels = image_inspect.labels(plan.base_ref)
+    except RegistryError as exc:
+        raise BuildFailed(
+            f"{plan.target.name}: base image {plan.base_ref} is not reachable ({exc.message.split(': ', 1)[-1]}); "
+            "map it to a reachable mirror with `mirrors` in --site, or run scripts/provision.sh for stand-ins"
+        ) from None
+    kind = "stand-in" if any(STANDIN_LABEL in platform_labels for platform_labels in labels.values()) else "real"
+    return digest, kind
+
+
+# --------------------------------------------------------------------------- buildx
+
+
+# --------------------------------------------------------------------------- one target
+
+
+def _skip_if_unchanged(plan: BuildPlan, fingerprint: str, record_path: Path | None) -> BuildResult | None:
+    if plan.output == "push":
+        ref = plan.refs[0]
+        if not image_inspect.exists(ref):
+            return None
+        labels = image_inspect.labels(ref)
+        if not labels or any(lab.get(FINGERPRINT_LABEL) != fingerprint for lab in labels.values()):
+            return None
+        digest = image_inspect.resolve_digest(ref)
+        platforms = image_inspect.registry_platforms(plan.image_repo, digest)
+        result = _result(plan, "skipped", digest=digest)
+        result.platforms = [PlatformResult(p, d, s) for p, (d, s) in sorted(platforms.items())]
+        result.refs = [ref]
+        result.attestations = load_recorded(_attestation_dir(plan), {p.digest for p in result.platforms})
+        return result
+    if plan.output == "archive" and record_path and record_path.exists() and plan.archive_path.exists():
+        record = json.loads(record_path.read_text())
+        if record.get("fingerprint") != fingerprint:
+            return None
+        result = _result(plan, "skipped", digest=record.get("digest"))
+        result.platforms = [PlatformResult(**p) for p in record.get("platforms", [])]
+        result.archive = str(plan.archive_path)
+        result.refs = list(plan.refs)
+        result.attestations = load_recorded(_attestation_dir(plan), {p.digest for p in result.platforms})
+        return result
+    return None
+
+
+def _result(plan: BuildPlan, status: str, **kw) -> BuildResult:
+    return BuildResult(
+        target=plan.target.name,
+        status=status,
+        platforms=[PlatformResult(p) for p in plan.platforms],
+        image_repo=plan.image_repo,
+        output=plan.output,
+        base=plan.base_ref,
+        engine_install=plan.engine_install,
+        revision=plan.revision,
+        verification=[v.as_dict() for v in plan.verification],
+        **kw,
+    )
+
+
+@dataclass
+class _Pending:
+    """A target that needs building: its result so far and the files the bake writes."""
+
+    plan: BuildPlan
+    result: BuildResult
+    build_args: dict[str, str]
+    record_path: Path | None
+    work: Path  # private temp dir: generated secrets, metadata
+    secret_files: dict[str, Path]
+    partial: Path  # the archive being written (renamed or pushed when complete)
+    parts: dict[str | None, tuple[tuple[str, ...], Path]]  # builder → (its platforms, its archive)
+    started: float
+    failed_builders: list[str | None] = field(default_factory=list)
+
+
+def _prepare(plan: BuildPlan, builders: dict[str, str | None], engine_hash: str, force: bool) -> BuildResult | _Pending:
+    """Base facts, fingerprint and the skip check; what a build will need if it is not skipped."""
+    started = time.monotonic()
+    name = plan.target.name
+    if plan.blockers:
+        raise ConfigError("\n".join(plan.blockers))
+    dockerfile_text = plan.dockerfile.read_text(encoding="utf-8") if plan.dockerfile.exists() else ""
+    base_digest, base_kind = _base_facts(plan)
+    build_args = {**plan.build_args, "BASE_DIGEST": base_digest}
+    fingerprint = build_fingerprint(
+        dockerfile_text=dockerfile_text,
+        platforms=plan.platforms,
+        base_digest=base_digest,
+        build_args=build_args,
+        context_hashes=_context_hashes(plan, engine_hash),
+    )
+    build_args["XCFORGE_FINGERPRINT"] = fingerprint
+    record_path = plan.archive_path.with_name(plan.archive_path.name + ".build.json") if plan.archive_path else None
+
+    if not force:
+        skipped = _skip_if_unchanged(plan, fingerprint, record_path)
+        if skipped:
+            skipped.base_digest, skipped.base_kind, skipped.fingerprint = base_digest, base_kind, fingerprint
+            skipped.duration_s = time.monotonic() - started
+            skipped.notes.append("unchanged since the last build (same fingerprint); --force rebuilds")
+            say(f"[{name}] skipped: fingerprint {fingerprint[:19]}… unchanged")
+            return skipped
+
+    result = _result(plan, "failed", base_digest=base_digest, base_kind=base_kind, fingerprint=fingerprint)
+    if base_kind == "stand-in":
+        result.notes.append(f"built on a stand-in for {plan.base_original}, not the vendor base")
+        python = plan.target.python
+        if python.standin_version and python.standin_version != python.version:
+            result.notes.append(
+                f"stand-in Python {python.standin_version} (Debian) instead of the vendor's {python.version}: "
+                f"installed from the py{python.standin_version.replace('.', '')} locks, not the production ones"
+            )
+    if plan.engine_install != "full":
+        result.notes.append(f"engine install: {plan.engine_install} (the vendor engine cannot be installed here)")
+    if base_kind == "stand-in" and plan.engine_install == "full":
+        result.notes.append("the real engine was installed on the stand-in base")
+    work = Path(tempfile.mkdtemp(prefix=f"xcforge-{name}-"))
+    secret_files: dict[str, Path] = {}
+    for secret in plan.secrets:
+        if secret.kind == "file" and secret.path:
+            secret_files[secret.id] = secret.path
+        elif secret.id == "pip.conf":
+            content = _pip_conf(plan)
+            if content:
+                path = work / "pip.conf"
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with os.fdopen(fd, "w") as fh:
+                    fh.write(content)
+                secret_files["pip.conf"] = path
+    # Archive output goes to dist/ (renamed from .partial when complete); push modes use a work file.
+    final_archive = (
+        plan.archive_path
+        or plan.dist_dir
+        / ".work"
+        / f"{name}-{'-'.join(a for a in plan.target.archs if f'linux/{a}' in plan.platforms)}.oci.tar"
+    )
+    partial = final_archive.with_name(final_archive.name + ".partial")
+    partial.parent.mkdir(parents=True, exist_ok=True)
+    by_builder: dict[str | None, list[str]] = {}
+    for platform in plan.platforms:
+        by_builder.setdefault(builders.get(platform), []).append(platform)
+    parts: dict[str | None, tuple[tuple[str, ...], Path]] = {}
+    for builder, platforms in by_builder.items():
+        # One builder writes the archive itself; several write one part each, merged by digest.
+        part = partial if len(by_builder) == 1 else partial.with_name(f"{partial.name}.{builder or 'default'}")
+        part.unlink(missing_ok=True)
+        parts[builder] = (tuple(platforms), part)
+    return _Pending(plan, result, build_args, record_path, work, secret_files, partial, parts, started)
+
+
+def _run_target(pending: _Pending, builder: str | None) -> bake.RunTarget:
+    plan = pending.plan
+    platforms, part = pending.parts[builder]
+    cache_ref = None
+    if plan.output != "archive" and plan.site.registry_cache:
+        cache_ref = f"{plan.image_repo.rsplit('/', 1)[0]}/{bake.cache_name(plan.target, platforms)}"
+    return bake.RunTarget(
+        name=plan.target.name,
+        platforms=platforms,
+        args=pending.build_args,
+        contexts=dict(plan.named_contexts),
+        context=plan.context,
+        outputs=_outputs(pending, builder, part),
+        secrets=pending.secret_files,
+        cache_ref=cache_ref,
+    )
+
+
+def _outputs(pending: _Pending, builder: str | None, part: Path) -> tuple[str, ...]:
+    """The archive always; for an archive build on the local engine's own builder also the engine's
+    image store, from the same export (BuildKit's second exporter), so no `docker load` follows."""
+    plan = pending.plan
+    outputs = [output_spec(plan, part)]
+    if _exports_to_engine(pending, builder):
+        names = ",".join(plan.refs) if plan.refs else plan.image_repo
+        outputs.append(f'type=image,"name={names}",oci-mediatypes=true')
+    return tuple(outputs)
+
+
+def _exports_to_engine(pending: _Pending, builder: str | None) -> bool:
+    return pending.plan.output == "archive" and builder is None and len(pending.parts) == 1
+
+
+def output_spec(plan: BuildPlan, archive: Path) -> str:
+    """Every build writes an OCI layout archive; pushing uploads that same archive (ocicore/push.py),
+    so the digest operators `docker load` offline is the digest in the registry."""
+    names = ",".join(plan.refs) if plan.refs else plan.image_repo
+    return f'type=oci,dest={archive},"name={names}"'
+
+
+def _bake_on(builder: str | None, pendings: list[_Pending], request: BuildRequest, run_dir: Path) -> None:
+    """One builder's share of the graph in one bake (one BuildKit session); with --keep-going,
+    the targets a failure cancelled are baked again (their finished steps are cache hits)."""
+    remaining = list(pendings)
+    attempt = 0
+    label = builder or "default"
+    while remaining:
+        attempt += 1
+        runs = [_run_target(p, builder) for p in remaining]
+        run_file = bake.write_run_file(run_dir / f"run-{label}-{attempt}.json", runs)
+        metadata = run_dir / f"metadata-{label}-{attempt}.json"
+        names = [r.name for r in runs]
+        cmd = bake_command(
+            [request.matrix.root / bake.BAKE_FILE.name, run_file], names, builder=builder, metadata=metadata
+        )
+        where = f" on builder {builder}" if builder else ""
+        with ci.group(f"bake {', '.join(names)}{where}"):
+            outcome = run_bake(
+                cmd,
+                targets=names,
+                cwd=request.matrix.root,
+                env=bake.variables(remaining[0].build_args),
+                log_dir=request.options.dist_dir / "logs",
+            )
+        say(f"[{label}] bake finished in {outcome.duration_s:.2f} s (exit {outcome.returncode})")
+        for pending in remaining:
+            progress = outcome.targets[pending.plan.target.name]
+            pending.result.cache_hits += progress.cache_hits
+            pending.result.steps += len(progress.steps)
+        if outcome.returncode == 0:
+            return
+        failed = [p for p in remaining if outcome.targets[p.plan.target.name].failed]
+        tails = "\n".join(line for p in failed for line in list(outcome.targets[p.plan.target.name].tail)[-15:])
+        retryable = any(p.plan.output != "archive" for p in failed) and RETRYABLE.search(tails)
+        if retryable and attempt < REGISTRY_RETRIES:
+            delay = 5 * 3 ** (attempt - 1)
+            say(f"[{label}] registry error ({failure_reason(tails.splitlines())}); retrying in {delay} s")
+            time.sleep(delay)
+            continue
+        for pending in failed:
+            reason = failure_reason(outcome.targets[pending.plan.target.name].tail)
+            name = pending.plan.target.name
+            error: XcforgeError
+            if retryable:
+                error = RegistryError(f"{name}: registry error after {attempt} attempts: {reason}")
+            elif builder and _builder_unreachable(reason):
+                error = BuildFailed(
+                    f"{name}: builder {builder} for {', '.join(pending.parts[builder][0])} is not usable: {reason}; "
+                    "check `docker buildx inspect " + builder + "` and the site's `builders`"
+                )
+            else:
+                error = BuildFailed(f"{name}: build failed{where}: {reason}")
+            pending.result.error, pending.result.error_code = error.message, error.exit_code
+            pending.failed_builders.append(builder)
+        remaining = [p for p in remaining if p not in failed]
+        if remaining and not request.keep_going:
+            for pending in remaining:
+                pending.failed_builders.append(builder)
+                pending.result.notes.append("not built: the bake stopped at the first failure (--keep-going goes on)")
+            say(f"[{label}] stopped after the first failure; --keep-going builds the other targets")
+            return
+
+
+def _builder_unreachable(reason: str) -> bool:
+    return bool(
+        re.search(r"(no builder|not found|cannot connect|connection refused|no such host|failed to dial)", reason, re.I)
+    )
+
+
+def build_all(request: BuildRequest, engine_hash: str) -> list[BuildResult]:
+    """The build stage: every plan through bake, one bake per builder, results in plan order."""
+    results: dict[str, BuildResult] = {}
+    pendings: list[_Pending] = []
+    for plan in request.plans:
+        builders = request.builders_for(plan)
+        try:
+            prepared = _prepare(plan, builders, engine_hash, request.options.force)
+        except XcforgeError as exc:
+            prepared = _result(plan, "failed")
+            prepared.error, prepared.error_code = exc.message, exc.exit_code
+        if isinstance(prepared, BuildResult):
+            results[plan.target.name] = prepared
+            if prepared.error and not request.keep_going:
+                break
+        else:
+            pendings.append(prepared)
+    run_dir = request.options.dist_dir / "bake"
+    try:
+        if (pendings and not any(r.error for r in results.values())) or request.keep_going:
+            by_builder: dict[str | None, list[_Pending]] = {}
+            for pending in pendings:
+                for builder in pending.parts:
+                    by_builder.setdefault(builder, []).append(pending)
+            # Builders are separate machines: their bakes run at the same time.
+            with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(by_builder))) as pool:
+                futures = [pool.submit(_bake_on, b, ps, request, run_dir) for b, ps in by_builder.items()]
+                for future in futures:
+                    future.result()
+        for pending in pendings:
+            name = pending.plan.target.name
+            if pending.failed_builders:
+                if pending.result.error:
+                    results[name] = pending.result
+                continue
+            try:
+                _assemble(pending)
+                loaded = _exports_to_engine(pending, next(iter(pending.parts)))
+                _finish(pending.plan, pending.result, pending.partial, pending.record_path, loaded=loaded)
+                pending.result.status = "built"
+                _record_where(pending, request)
+            except XcforgeError as exc:
+                pending.result.error, pending.result.error_code = exc.message, exc.exit_code
+            results[name] = pending.result
+    finally:
+        for pending in pendings:
+            for _, part in pending.parts.values():
+                part.unlink(missing_ok=True)
+            pending.partial.unlink(missing_ok=True)
+            shutil.rmtree(pending.work, ignore_errors=True)
+            pending.result.duration_s = time.monotonic() - pending.started
+    order = {plan.target.name: i for i, plan in enumerate(request.plans)}
+    return sorted(results.values(), key=lambda r: order[r.target])
+
+
+def _assemble(pending: _Pending) -> None:
+    """Several builders' archives → one archive with one index (platform manifests by digest)."""
+    if len(pending.parts) == 1:
+        return
+    merge_archives([part for _, part in pending.parts.values()], pending.partial)
+
+
+def _record_where(pending: _Pending, request: BuildRequest) -> None:
+    for platform_result in pending.result.platforms:
+        builder = request.builders_for(pending.plan).get(platform_result.platform)
+        node = request.node_platforms(builder)
+        platform_result.builder = builder or "default"
+        platform_result.native = platform_result.platform in node[:1]
+    emulated = [p.platform for p in pending.result.platforms if not p.native]
+    if emulated:
+        pending.result.notes.append(f"emulated (QEMU): {', '.join(emulated)}")
+
+
+def _attestation_dir(plan: BuildPlan) -> Path:
+    return attestation_dir(plan.archive_path or plan.dist_dir / f"{plan.target.name}.oci.tar")
+
+
+def _finish(
+    plan: BuildPlan, result: BuildResult, partial: Path, record_path: Path | None, *, loaded: bool = False
+) -> None:
+    archive = image_inspect.OciArchive(partial)
+    digest, _ = archive.top_index()
+    result.digest = digest
+    result.platforms = [PlatformResult(p, d, s) for p, (d, s) in sorted(archive.platforms().items())]
+    say(f"[{plan.target.name}] reading each platform's package databases for its SBOM")
+    sbom_started = time.monotonic()
+    cache = plan.dist_dir / ".cache" / "sbom-layers"
+    written = write_attestations(partial, _attestation_dir(plan), plan.image_repo, cache=cache)
+    result.attestations = [w.as_dict() for w in written]
+    for entry in written:
+        say(f"[{plan.target.name}] SBOM {entry.platform}: {entry.components} components → {entry.sbom}")
+    say(f"[{plan.target.name}] SBOMs and provenance written in {time.monotonic() - sbom_started:.1f} s")
+    if plan.output == "archive":
+        assert plan.archive_path and record_path
+        partial.replace(plan.archive_path)
+        result.archive = str(plan.archive_path)
+        result.refs = list(plan.refs)
+        # Operators `docker load` this same file. The local engine has the image already when BuildKit
+        # exported it there too (same export, same digest); a remote builder's archive is loaded here.
+        if not loaded:
+            run([DOCKER, "load", "--input", str(plan.archive_path)], capture=True)
+        record = {
+            "fingerprint": result.fingerprint,
+            "digest": digest,
+            "platforms": [vars(p) for p in result.platforms],
+            "refs": result.refs,
+        }
+        record_path.write_text(json.dumps(record, indent=2) + "\n")
+        return
+    with ci.group(f"push {plan.image_repo}@{digest}"):
+        push_layout(partial, plan.image_repo, plan.tags, progress=lambda m: say(f"[{plan.target.name}] {m}"))
+        _attach_sboms(plan, result)
+    result.refs = list(plan.refs)
+    if plan.output == "push-by-digest":
+        platform = plan.platforms[0]
+        out = plan.archive_dir_for_digests()
+        out.mkdir(parents=True, exist_ok=True)
+        record = {"target": plan.target.name, "platform": platform, "repo": plan.image_repo, "digest": digest}
+        (out / f"{plan.target.name}-{platform.split('/')[1]}.json").write_text(json.dumps(record) + "\n")
+
+
+def _attach_sboms(plan: BuildPlan, result: BuildResult) -> None:
+    """The raw SBOM next to each platform manifest (`sha256-<hex>.sbom`); signed at the sign step."""
+    from signing.attest import attach_sbom
+
+    ref = parse_reference(plan.image_repo)
+    client = RegistryClient(ref.registry)
+    for entry in result.attestations:
+        data = Path(entry["sbom"]).read_bytes()
+        subject = {"mediaType": entry["media_type"], "size": entry["size"], "digest": entry["digest"]}
+        entry["sbom_ref"] = attach_sbom(client, ref.repository, subject, data, sbom.MEDIA_TYPE)
+        say(f"[{plan.target.name}] SBOM {entry['platform']} attached: {entry['sbom_ref']}")
+
+
+def _attach_tags(plan: BuildPlan, digest: str, sources: list[str] | None = None, matrix: Matrix | None = None) -> None:
+    """Phase two of publishing: point every final tag at the pushed digest(s), with retries."""
+    cmd = [DOCKER, "buildx", "imagetools", "create"]
+    for ref in plan.refs:
+        cmd += ["--tag", ref]
+    if matrix is not None:  # a merged index gets the image's annotations (bake.ANNOTATED_LABELS)
+        for key, value in bake.annotations(matrix, plan.target, plan.build_args).items():
+            cmd += ["--annotation", f"index:{key}={value}"]
+    cmd += sources or [f"{plan.image_repo}@{digest}"]
+    for attempt in range(1, REGISTRY_RETRIES + 1):
+        proc = run(cmd, capture=True, check=False)
+        if proc.returncode == 0:
+            return
+        message = (proc.stderr.decode(errors="replace").strip().splitlines() or ["no output"])[-1]
+        if attempt == REGISTRY_RETRIES or not RETRYABLE.search(message):
+            raise RegistryError(f"{plan.target.name}: tagging {plan.image_repo} failed: {message}")
+        time.sleep(5 * 3 ** (attempt - 1))
+
+
+# --------------------------------------------------------------------------- many targets
+
+
+def _prepare_contexts(matrix: Matrix, plans: list[BuildPlan]) -> tuple[Path, str]:
+    engine_dir = plans[0].named_contexts["engine"]
+    _, engine_hash = ensure_engine_wheel(engine_dir, matrix.images_dir / "engine")
+    for plan in plans:
+        wheels = plan.named_contexts["wheels"]
+        if not wheels.exists():
+            wheels.mkdir(parents=True, exist_ok=True)
+        _prepare_sdists(matrix, plan)
+    return engine_dir, engine_hash
+
+
+def _prepare_sdists(matrix: Matrix, plan: BuildPlan) -> None:
+    """The engine sdist of a source-empty target into its build context (hash-checked against the
+    lock), so the image installs it by path: pip checks a requirement's version against the
+    metadata, which vLLM releases before 0.23 suffix with `+empty`."""
+    target = plan.target
+    work = plan.named_contexts["sdists"]
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True, exist_ok=True)
+    if target.engine.install not in deps.SOURCE_BUILDS or plan.engine_install == "skip":
+        return
+    pin = deps.engine_sdist_pin(matrix, target)  # without a lock: the index's file and hash
+    version, sha256 = pin or (plan.engine_version, None)
+    index = deps.index_of(plan.site)
+    path, sha256 = deps.fetch_sdist(plan.site, index, target.engine.package, version, sha256)
+    shutil.copyfile(path, work / path.name)
+    (work / "SHA256SUMS").write_text(f"{sha256}  {path.name}\n")
+
+
+def _check_rendered(matrix: Matrix, plans: list[BuildPlan]) -> None:
+    if bake.write_or_check(matrix, check=True).status != "ok":
+        raise RenderError(
+            f"{matrix.root / bake.BAKE_FILE.name}: out of date with matrix.yaml; "
+            "run `python build.py render --all` (and commit) before building"
+        )
+    for plan in plans:
+        committed = plan.dockerfile.read_text(encoding="utf-8") if plan.dockerfile.exists() else None
+        if committed != render_target(matrix, plan.target).text:
+            raise RenderError(
+                f"{plan.dockerfile}: out of date with templates/ and matrix.yaml for target '{plan.target.name}'; "
+                "run `python build.py render --all` (and commit) before building"
+            )
+
+
+def merge_digests(matrix: Matrix, plan: BuildPlan, digests: list[str]) -> int:
+    """Split CI mode, second half: assemble the index from per-platform digests, then tag it."""
+    for digest in digests:
+        if not re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
+            raise ConfigError(f"--digest {digest!r} is not a digest (sha256:<64 hex>)")
+    started = time.monotonic()
+    sources = [f"{plan.image_repo}@{d}" for d in digests]
+    _attach_tags(plan, digests[0], sources=sources, matrix=matrix)
+    digest = image_inspect.resolve_digest(plan.refs[0])
+    result = _result(plan, "built", digest=digest)
+    result.refs = list(plan.refs)
+    platforms = image_inspect.registry_platforms(plan.image_repo, digest)
+    result.platforms = [PlatformResult(p, d, s) for p, (d, s) in sorted(platforms.items())]
+    result.duration_s = time.monotonic() - started
+    result.notes.append(f"index assembled from {len(digests)} platform digest(s)")
+    write_reports(merge_into_report([result], plan.dist_dir), plan.dist_dir)
+    print_table([result])
+    print(f"{plan.target.name} {plan.image_repo}@{digest}")
+    return 0
+
+
+__all__ = ["BuildRequest", "build_all", "merge_digests", "output_spec"]

@@ -1,0 +1,301 @@
+"""`docker buildx bake`, the way xcforge drives it: one command per builder, its plain progress
+split by target, written in full to `dist/logs/<target>.log`, and shown as it goes.
+
+BuildKit names every step of a multi-target bake `[<target> <platform> <stage> n/m]` (the target
+only when there are several, the platform only when a target has several): that is how a line is
+given to its target and platform. On a terminal each target/platform gets one live line (current
+step, elapsed time, cache hits); elsewhere (CI, pipes) every line is printed with a `[target]`
+prefix, inside the CI log group of the bake.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from xcforge.shell import DOCKER, echo
+
+# buildx/registry failures worth another try (the registry client has its own list for pushes).
+RETRYABLE = re.compile(
+    r"(connection refused|connection reset|i/o timeout|tls handshake timeout|EOF|"
+    r"\b50[0234]\b|\b429\b|too many requests|bad gateway|service unavailable|no such host)",
+    re.IGNORECASE,
+)
+_VERTEX = re.compile(r"^#(\d+) (?:\[(?P<name>[^\]]*)\]|(?P<word>CACHED|DONE|ERROR|CANCELED)\b)?")
+_print_lock = threading.Lock()
+
+
+def say(message: str) -> None:
+    with _print_lock:
+        print(message, file=sys.stderr, flush=True)
+
+
+@functools.cache
+def is_context(builder: str) -> bool:
+    """A docker context (its engine's own BuildKit, the docker driver) rather than a buildx builder:
+    buildx only drives those through `docker --context NAME buildx ...`."""
+    proc = subprocess.run([DOCKER, "context", "inspect", builder], capture_output=True, check=False)
+    return proc.returncode == 0
+
+
+def buildx_base(builder: str | None) -> list[str]:
+    """`docker buildx`, pointed at the builder: a context by --context, a builder by --builder."""
+    if builder and is_context(builder):
+        return [DOCKER, "--context", builder, "buildx"]
+    return [DOCKER, "buildx"]
+
+
+def builder_flags(builder: str | None) -> list[str]:
+    return ["--builder", builder] if builder and not is_context(builder) else []
+
+
+@functools.cache
+def node_platforms(builder: str | None) -> tuple[str, ...]:
+    """The platforms of a builder's nodes, native first (buildx lists a node's own platform first,
+    then what binfmt/QEMU adds): how the report tells native from emulated builds."""
+    cmd = [*buildx_base(builder), "inspect", *builder_flags(builder)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        return ()
+    natives: list[str] = []
+    for line in proc.stdout.splitlines():
+        if line.strip().startswith("Platforms:"):
+            listed = [p.strip().rstrip("*") for p in line.split(":", 1)[1].split(",") if p.strip()]
+            if listed:
+                natives.append(listed[0])
+    return tuple(natives)
+
+
+def check_builder(builder: str, platforms: Iterable[str]) -> str | None:
+    """None when the builder exists and answers; else the reason, in buildx's words."""
+    if (
+        not is_context(builder)
+        and subprocess.run([DOCKER, "buildx", "inspect", builder], capture_output=True, check=False).returncode
+    ):
+        return "no such buildx builder or docker context (see `docker buildx ls`)"
+    cmd = [*buildx_base(builder), "inspect", "--bootstrap", *builder_flags(builder)]
+    echo(cmd)
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=60)
+    except subprocess.TimeoutExpired:
+        return "it did not answer within 60 s"
+    if proc.returncode != 0:
+        lines = (proc.stderr or proc.stdout).strip().splitlines() or ["no output"]
+        return lines[-1].removeprefix("ERROR: ")
+    status = re.findall(r"^Status:\s*(\S+)", proc.stdout, re.M)
+    if status and all(s != "running" for s in status):
+        return f"its nodes are {', '.join(status)}"
+    return None
+
+
+def bake_command(files: Iterable[Path], targets: Iterable[str], *, builder: str | None, metadata: Path) -> list[str]:
+    cmd = [*buildx_base(builder), "bake", "--progress=plain", *builder_flags(builder)]
+    for path in files:
+        cmd += ["--file", str(path)]
+    cmd += ["--metadata-file", str(metadata), *targets]
+    return cmd
+
+
+@dataclass
+class TargetProgress:
+    """What the bake said about one target."""
+
+    name: str
+    steps: set[str] = field(default_factory=set)
+    cached: set[str] = field(default_factory=set)
+    tail: deque[str] = field(default_factory=lambda: deque(maxlen=60))
+    failed: bool = False
+    # Per platform ("" when the target has one): the step it is on.
+    current: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def cache_hits(self) -> int:
+        return len(self.cached & self.steps)
+
+
+@dataclass
+class BakeRun:
+    returncode: int
+    targets: dict[str, TargetProgress]
+    tail: list[str]
+    duration_s: float
+
+    def failed_targets(self) -> list[str]:
+        return [name for name, progress in self.targets.items() if progress.failed]
+
+
+class _Logs:
+    """dist/logs/<target>.log, one per target, the whole BuildKit log of its steps."""
+
+    def __init__(self, log_dir: Path, targets: list[str]) -> None:
+        log_dir.mkdir(parents=True, exist_ok=True)
+        self.files: dict[str, IO[str]] = {t: open(log_dir / f"{t}.log", "a", encoding="utf-8") for t in targets}  # noqa: SIM115
+
+    def write(self, targets: Iterable[str], line: str) -> None:
+        for name in targets:
+            self.files[name].write(line + "\n")
+
+    def close(self) -> None:
+        for fh in self.files.values():
+            fh.close()
+
+
+class _LiveLines:
+    """One line per target/platform, redrawn in place (a terminal only)."""
+
+    def __init__(self, stream: IO[str], progress: dict[str, TargetProgress], started: float) -> None:
+        self.stream, self.progress, self.started, self.drawn = stream, progress, started, 0
+        self.last = 0.0
+
+    def rows(self) -> list[str]:
+        width = max(40, os.get_terminal_size(self.stream.fileno()).columns - 1) if self.stream.isatty() else 120
+        elapsed = time.monotonic() - self.started
+        out = []
+        for name, p in self.progress.items():
+            for platform, step in sorted(p.current.items()) or [("", "waiting")]:
+                head = f"[{name}{' ' + platform if platform else ''}] {elapsed:6.0f}s  {p.cache_hits:3} cached  "
+                out.append((head + step)[:width])
+        return out
+
+    def draw(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self.last < 0.25:
+            return
+        self.last = now
+        rows = self.rows()
+        with _print_lock:
+            if self.drawn:
+                self.stream.write(f"\x1b[{self.drawn}F")
+            for row in rows:
+                self.stream.write("\x1b[2K" + row + "\n")
+            self.stream.flush()
+        self.drawn = len(rows)
+
+
+def live_wanted(stream: IO[str] | None = None) -> bool:
+    stream = stream or sys.stderr
+    return stream.isatty() and not os.environ.get("CI") and os.environ.get("TERM") != "dumb"
+
+
+def run_bake(
+    cmd: list[str], *, targets: list[str], cwd: Path, env: dict[str, str], log_dir: Path, live: bool | None = None
+) -> BakeRun:
+    """Run one bake; give each output line to its target (log file, progress, live line)."""
+    echo(cmd)
+    started = time.monotonic()
+    progress = {name: TargetProgress(name) for name in targets}
+    owners: dict[str, tuple[str | None, str]] = {}  # vertex id → (target or None, platform)
+    tail: deque[str] = deque(maxlen=80)
+    logs = _Logs(log_dir, targets)
+    live_lines = _LiveLines(sys.stderr, progress, started) if (live if live is not None else live_wanted()) else None
+    proc = subprocess.Popen(
+        cmd,
+        cwd=cwd,
+        env={**os.environ, **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        bufsize=1,
+    )
+    try:
+        assert proc.stdout is not None
+        for raw in proc.stdout:
+            line = raw.rstrip("\n")
+            tail.append(line)
+            owner, platform = _owner(line, owners, progress)
+            if owner is None and len(progress) == 1:
+                owner = targets[0]  # a lone target owns every line, step or not
+            logs.write([owner] if owner else list(progress), line)
+            if owner:
+                _account(progress[owner], line, platform)
+            if live_lines:
+                live_lines.draw()
+            elif line.strip():
+                say(f"[{owner or ','.join(targets)}] {line}")
+        proc.wait()
+    except BaseException:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        raise
+    finally:
+        logs.close()
+        if live_lines:
+            live_lines.draw(force=True)
+    if proc.returncode != 0 and not any(p.failed for p in progress.values()):
+        for p in progress.values():  # a failure no step owns (bad definition, builder gone): everyone's
+            p.failed = True
+            p.tail.extend(list(tail)[-15:])
+    return BakeRun(proc.returncode, progress, list(tail), time.monotonic() - started)
+
+
+def _owner(line: str, owners: dict[str, tuple[str | None, str]], progress: dict[str, TargetProgress]):
+    match = _VERTEX.match(line)
+    if not match:
+        return None, ""
+    vertex = match.group(1)
+    name = match.group("name")
+    if name is not None:
+        words = name.split()
+        target = words.pop(0) if words and words[0] in progress and len(progress) > 1 else None
+        if target is None and len(progress) == 1:
+            target = next(iter(progress))
+        platform = words[0] if words and words[0].startswith("linux/") else ""
+        owners.setdefault(vertex, (target, platform))
+    return owners.get(vertex, (None, ""))
+
+
+def _account(progress: TargetProgress, line: str, platform: str) -> None:
+    match = _VERTEX.match(line)
+    progress.tail.append(line)
+    if not match:
+        progress.failed |= line.startswith("ERROR:")
+        return
+    vertex, name, word = match.group(1), match.group("name"), match.group("word")
+    if name is not None:
+        if "internal" not in name.split() and not name.startswith("context "):
+            progress.steps.add(vertex)
+            words = [w for w in name.split() if w != progress.name and not w.startswith("linux/")]
+            progress.current[platform] = f"[{' '.join(words)}] {line.split('] ', 1)[-1]}"[:200]
+    elif word == "CACHED":
+        progress.cached.add(vertex)
+    elif word == "ERROR" or line.split(" ", 2)[-1].startswith("ERROR:"):
+        progress.failed = True
+
+
+def failure_reason(tail: Iterable[str]) -> str:
+    tail = list(tail)
+    for line in reversed(tail):
+        if line.startswith("ERROR:") or "error:" in line.lower():
+            line = re.sub(r"^#\d+ ([\d.]+ )?", "", line).strip()
+            # BuildKit quotes the whole RUN script; its first words and the cause are what matter.
+            line = re.sub(
+                r'process "(.{0,60}).*" (did not complete successfully: .*)$', r'process "\1…" \2', line, flags=re.S
+            )
+            return line[:400]
+    return (tail[-1] if tail else "no output")[:400]
+
+
+__all__ = [
+    "RETRYABLE",
+    "BakeRun",
+    "TargetProgress",
+    "bake_command",
+    "check_builder",
+    "failure_reason",
+    "node_platforms",
+    "run_bake",
+    "say",
+]

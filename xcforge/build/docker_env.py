@@ -1,0 +1,65 @@
+"""Is this machine able to build? Checked once before any build, with a one-line remedy each."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from dataclasses import dataclass
+
+from ocicore.errors import EnvironmentProblem
+from xcforge.shell import DOCKER, echo
+
+MIN_BUILDX = (0, 11)
+REMEDY = "run `sudo scripts/provision.sh` (installs and starts Docker with buildx and the containerd image store)"
+
+
+@dataclass(frozen=True)
+class DockerEnvironment:
+    server_version: str
+    buildx_version: tuple[int, ...]
+    containerd_store: bool
+    native_platform: str
+
+
+def _capture(argv: list[str]) -> subprocess.CompletedProcess:
+    echo(argv)
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    except FileNotFoundError:
+        raise EnvironmentProblem(f"'{argv[0]}' is not installed; {REMEDY}") from None
+    except subprocess.TimeoutExpired:
+        raise EnvironmentProblem(
+            f"`{' '.join(argv[:3])}` did not answer within 60 s; is dockerd hung? {REMEDY}"
+        ) from None
+
+
+def check_docker() -> DockerEnvironment:
+    info = _capture([DOCKER, "info", "--format", "{{json .}}"])
+    if info.returncode != 0:
+        detail = (info.stderr.strip().splitlines() or ["no output"])[-1]
+        raise EnvironmentProblem(f"the Docker engine is not reachable ({detail}); {REMEDY}")
+    data = json.loads(info.stdout or "{}")
+    driver_status = json.dumps(data.get("DriverStatus") or [])
+    containerd_store = "io.containerd.snapshotter" in driver_status or data.get("Driver") in {"overlayfs", "stargz"}
+    buildx = _capture([DOCKER, "buildx", "version"])
+    if buildx.returncode != 0:
+        raise EnvironmentProblem(f"docker buildx is missing (`{DOCKER} buildx version` failed); {REMEDY}")
+    match = re.search(r"v?(\d+)\.(\d+)(?:\.(\d+))?", buildx.stdout)
+    version = tuple(int(x) for x in match.groups() if x is not None) if match else (0, 0)
+    if version < MIN_BUILDX:
+        have, need = ".".join(map(str, version)), ".".join(map(str, MIN_BUILDX))
+        raise EnvironmentProblem(f"docker buildx {have} is too old (need >= {need}); {REMEDY}")
+    if not containerd_store:
+        raise EnvironmentProblem(
+            "the Docker engine does not use the containerd image store, so it cannot build multi-platform "
+            'images; set {"features": {"containerd-snapshotter": true}} in /etc/docker/daemon.json and restart '
+            "dockerd (scripts/provision.sh does this)"
+        )
+    arch = {"x86_64": "amd64", "aarch64": "arm64"}.get(data.get("Architecture", ""), data.get("Architecture", ""))
+    return DockerEnvironment(
+        server_version=str(data.get("ServerVersion", "?")),
+        buildx_version=version,
+        containerd_store=containerd_store,
+        native_platform=f"linux/{arch}",
+    )

@@ -1,0 +1,1 @@
+"""CI: GitHub Actions integration (groups, annotations, runner detection) and the generated workflows."""

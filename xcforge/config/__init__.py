@@ -1,0 +1,1 @@
+"""Stage 1, configuration: matrix.yaml and the site file → typed, validated objects."""

@@ -1,0 +1,1 @@
+"""The operator's side: Kubernetes manifests and docker run lines for a signed image."""

@@ -1,0 +1,1 @@
+"""Stage 2, plan: typed matrix + site + options → build plans, rendered Dockerfiles, locks, verification levels."""

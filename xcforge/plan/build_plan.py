@@ -1,0 +1,333 @@
+"""Typed matrix + site + CLI options → one BuildPlan per target.
+
+A plan is everything the builder needs and nothing it has to look up again: the platforms, the
+base as it will be pulled (after mirrors), tags, build args, named contexts and secret *sources*
+(paths and env-var names, never their contents). `--dry-run` prints it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from packaging.version import Version
+
+from ocicore.errors import ConfigError
+from xcforge.build.bake import named_contexts as named_contexts_for
+from xcforge.config.matrix import Matrix, Target
+from xcforge.config.site import REGISTRY_PREFIX_RE, SiteConfig
+from xcforge.plan.render import REPO_ROOT
+from xcforge.plan.verification import PlatformVerification, label_value, planned
+
+OutputMode = Literal["archive", "push", "push-by-digest"]
+EngineInstall = Literal["full", "skip"]
+
+DIST_DIR = REPO_ROOT / "dist"
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    registry: str | None = None
+    push: bool = False
+    platforms: tuple[str, ...] = ()  # empty: all of the target's
+    push_by_digest: bool = False  # split mode: one platform, pushed without tags, merged later
+    wheelhouse: Path | None = None
+    force: bool = False
+    dist_dir: Path = DIST_DIR
+    revision: str | None = None
+
+
+@dataclass(frozen=True)
+class SecretSource:
+    """A BuildKit secret: `id` as the Dockerfile mounts it, filled from a file or an env var."""
+
+    id: str
+    kind: Literal["file", "generated"]
+    path: Path | None = None
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class BuildPlan:
+    target: Target
+    engine_version: str
+    platforms: tuple[str, ...]
+    base_original: str
+    base_ref: str  # what FROM pulls: mirrored, pinned by digest where the matrix pins one
+    image_repo: str  # registry repository, or a local name for archive output
+    tags: tuple[str, ...]
+    output: OutputMode
+    dockerfile: Path
+    context: Path
+    named_contexts: dict[str, Path]
+    build_args: dict[str, str]
+    secrets: tuple[SecretSource, ...]
+    engine_install: str  # full | skip | skip-<arch>
+    revision: str
+    archive_path: Path | None
+    site: SiteConfig = field(repr=False)
+    # Problems that stop a real build but not a dry run (which shows them).
+    blockers: tuple[str, ...] = ()
+    dist_dir: Path = DIST_DIR
+    plugin_install: str = "full"  # full | skip | skip-<arch>
+    omitted: tuple[str, ...] = ()  # index-only packages this site cannot serve
+    fallback: tuple[str, ...] = ()  # platforms built with the matrix's engine.fallback pairing
+    verification: tuple[PlatformVerification, ...] = ()  # what a successful build proves, per platform
+
+    def archive_dir_for_digests(self) -> Path:
+        """Where split builds leave their per-platform digest records for `merge`."""
+        return self.dist_dir / "digests"
+
+    @property
+    def refs(self) -> tuple[str, ...]:
+        return tuple(f"{self.image_repo}:{tag}" for tag in self.tags)
+
+    def describe(self) -> str:
+        lines = [
+            f"target:        {self.target.name} ({self.target.description})",
+            f"platforms:     {', '.join(self.platforms)}",
+            f"site:          {_rel(self.site.path) if self.site.path else 'none (direct access to registries)'}",
+            f"base:          {self.base_original}",
+        ]
+        if self.base_ref != self.base_original:
+            lines.append(f"  pulled as:   {self.base_ref}  (site mirror)")
+        lines += [
+            f"engine:        {self.target.engine.package} {self.engine_version}"
+            + (f" + {self.target.plugin.name} {self.target.plugin.version}" if self.target.plugin else "")
+            + ("" if self.engine_install == "full" else f"  [engine install: {self.engine_install}]")
+            + "".join(
+                f"\n  {p}: engine.fallback {self.target.engine.fallback.version} (stand-in pairing)"
+                for p in self.fallback
+                if self.target.engine.fallback
+            ),
+            f"output:        {self.output}" + (f" → {self.archive_path}" if self.archive_path else ""),
+            "tags:" + "".join(f"\n  {ref}" for ref in self.refs),
+            f"dockerfile:    {_rel(self.dockerfile)}",
+            f"context:       {_rel(self.context)}",
+            "named contexts:" + "".join(f"\n  {k}={_rel(v)}" for k, v in sorted(self.named_contexts.items())),
+            "build args:" + "".join(f"\n  {k}={v}" for k, v in sorted(self.build_args.items())),
+            "secrets:" + ("".join(f"\n  {s.id}: {s.description}" for s in self.secrets) or " none"),
+        ]
+        lines += ["verification:"] + [
+            f"  {v.platform}: {v.level}" + "".join(f"\n    {s}" for s in v.skipped) for v in self.verification
+        ]
+        lines += [f"BLOCKED:       {b}" for b in self.blockers]
+        return "\n".join(lines)
+
+
+def _rel(path: Path) -> str:
+    try:
+        return str(path.relative_to(REPO_ROOT))
+    except ValueError:
+        return str(path)
+
+
+def git_revision(root: Path = REPO_ROOT) -> str:
+    """Short commit id, with -dirty when the tree has uncommitted changes; 'unknown' outside git."""
+    try:
+        rev = subprocess.run(
+            ["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=root, capture_output=True, text=True
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return f"{rev}-dirty" if dirty else rev
+
+
+def git_commit_time(root: Path = REPO_ROOT) -> str:
+    try:
+        stamp = subprocess.run(
+            ["git", "log", "-1", "--format=%ct"], cwd=root, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        return dt.datetime.fromtimestamp(int(stamp), tz=dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    except (OSError, subprocess.CalledProcessError, ValueError):
+        return ""
+
+
+def is_prerelease(version: str) -> bool:
+    return Version(version).is_prerelease or Version(version).is_devrelease
+
+
+def image_repository(target: Target, registry: str | None) -> str:
+    name = f"{'vllm' if target.engine.is_vllm else 'llamacpp'}-{target.name}"
+    return f"{registry.rstrip('/')}/{name}" if registry else f"xcforge/{name}"
+
+
+def tags_for(matrix: Matrix, target: Target, revision: str) -> tuple[str, ...]:
+    """`<engine>-<variant>` moves with rebuilds; `<engine>-<variant>-<revision>` never does.
+    There is no `latest`: operators pin a version, and pre-releases must never look current."""
+    base = f"{matrix.engine_version(target)}-{target.variant}"
+    return (base, f"{base}-{revision.replace('+', '-')}")
+
+
+def engine_install_mode(target: Target, site: SiteConfig, platforms: tuple[str, ...]) -> str:
+    """`skip` where the site cannot install the vendor engine (stand-in bases without the SDK), and
+    where the engine builds against a plugin stack whose step the site skips."""
+    skipped = set(site.skipped(target.name, "engine"))
+    if target.engine_needs_plugin_stack:
+        skipped |= set(site.skipped(target.name, "plugin"))
+    return step_mode(skipped, platforms)
+
+
+def step_mode(skipped: set[str] | tuple[str, ...], platforms: tuple[str, ...]) -> str:
+    """full, skip (every platform built here) or skip-<arch> (one of them)."""
+    skipped = set(skipped)
+    if not skipped:
+        return "full"
+    if "*" in skipped or set(platforms) <= skipped:
+        return "skip"
+    if len(skipped) == 1:
+        return f"skip-{next(iter(skipped)).split('/', 1)[1]}"
+    return "skip"
+
+
+def engine_fallback(matrix: Matrix, target: Target, site: SiteConfig, platforms: tuple[str, ...]) -> tuple[str, ...]:
+    """The platforms built here with the matrix's engine.fallback, as the site asks."""
+    wanted = site.fallback_platforms(target.name)
+    declared = target.engine.fallback.platforms if target.engine.fallback else ()
+    for platform in wanted:
+        if platform not in declared:
+            where = f"{site.path}: " if site.path else ""
+            raise ConfigError(
+                f"{where}engine_fallback: '{target.name}:{platform}': {matrix.path} declares no "
+                f"targets.{target.name}.engine.fallback for {platform}"
+                + (f" (it covers {', '.join(declared)})" if declared else "")
+                + "; remove the entry or add the pairing to the matrix"
+            )
+    return tuple(p for p in platforms if p in wanted)
+
+
+def make_plan(matrix: Matrix, target: Target, site: SiteConfig, options: BuildOptions) -> BuildPlan:
+    site.check_targets(matrix)
+    platforms = options.platforms or target.platforms
+    for platform in platforms:
+        if platform not in target.platforms:
+            raise ConfigError(
+                f"{matrix.path}: targets.{target.name}.platforms: '{platform}' is not built for this target; "
+                f"choose from {', '.join(target.platforms)}"
+            )
+    if options.push_by_digest and len(platforms) != 1:
+        raise ConfigError("--push-by-digest builds exactly one platform: add --platform linux/amd64 (or arm64)")
+    registry = options.registry or site.registry
+    port = re.match(r"[^/:]+:([0-9]+)", registry or "")
+    if port and not 0 < int(port.group(1)) < 65536:
+        where = "--registry" if options.registry else f"{site.path}: registry"
+        raise ConfigError(f"{where}: port {port.group(1)} in '{registry}' is out of range (1-65535)")
+    if registry and not REGISTRY_PREFIX_RE.fullmatch(registry):
+        where = "--registry" if options.registry else f"{site.path}: registry"
+        raise ConfigError(
+            f"{where}: '{registry}' is not a registry and repository prefix; write HOST[:PORT]/PREFIX, "
+            "e.g. 127.0.0.1:5000/xcforge (lower case, no scheme)"
+        )
+    if (options.push or options.push_by_digest) and not registry:
+        raise ConfigError("--push needs a registry: pass --registry HOST[:PORT]/PREFIX or set `registry` in --site")
+
+    engine_version = matrix.engine_version(target)
+    revision = options.revision or git_revision()
+    output: OutputMode = "push-by-digest" if options.push_by_digest else ("push" if options.push else "archive")
+    repo = image_repository(target, registry if output != "archive" else None)
+    tags = () if output == "push-by-digest" else tags_for(matrix, target, revision)
+
+    base_ref = site.map_image(target.base.image)
+    if target.base.digest:
+        base_ref = f"{base_ref}@{target.base.digest}"
+
+    extra_urls = site.pip.extra_index_urls if site.pip.extra_index_urls is not None else target.engine.extra_index_urls
+    install_mode = engine_install_mode(target, site, platforms)
+    plugin_mode = step_mode(site.skipped(target.name, "plugin"), platforms) if target.plugin else "full"
+    if install_mode == "skip":
+        plugin_mode = "skip"  # no engine, no plugin
+    fallback = engine_fallback(matrix, target, site, tuple(platforms))
+    # Index-only packages (torchvision's CPU build) are left out where the site drops their index.
+    omitted = tuple(target.engine.index_only) if not set(target.engine.extra_index_urls) <= set(extra_urls) else ()
+    build_args = {
+        "BASE_IMAGE": base_ref,
+        "ENGINE_INSTALL": install_mode,
+        "PLUGIN_INSTALL": plugin_mode,
+        "EXTRA_INDEX_URLS": " ".join(extra_urls),
+        "OMIT_PACKAGES": " ".join((*target.engine.remove_packages, *omitted)),
+        "OMIT_INDEX_ONLY": " ".join(omitted),
+        # arch=version per platform built with the fallback pairing; its lock is <arch>-py<XY>-pypi.txt.
+        "ENGINE_FALLBACK": " ".join(
+            f"{p.split('/', 1)[1]}={target.engine.fallback.version}" for p in fallback if target.engine.fallback
+        ),
+        "BUILD_REVISION": revision,
+        "BUILD_CREATED": git_commit_time(),
+        "BUILD_SOURCE": "https://github.com/xcforge/xcforge",
+    }
+    if target.vendor_system_packages:
+        build_args["VENDOR_PACKAGES"] = step_mode(site.skipped(target.name, "vendor-packages"), platforms)
+    if site.apt_mirror:
+        build_args["APT_MIRROR"] = site.apt_mirror
+    # Docker's predefined proxy args: BuildKit keeps them out of the image history.
+    for name, value in (
+        ("HTTP_PROXY", site.proxy.http),
+        ("HTTPS_PROXY", site.proxy.https),
+        ("NO_PROXY", site.proxy.no_proxy),
+    ):
+        if value:
+            build_args[name] = value
+
+    wheelhouse = options.wheelhouse or site.wheelhouse
+    if options.wheelhouse is not None and not options.wheelhouse.is_dir():
+        raise ConfigError(f"--wheelhouse: '{options.wheelhouse}' is not a directory")
+    blockers: list[str] = []
+    if target.plugin and target.plugin.source == "wheelhouse" and wheelhouse is None and plugin_mode != "skip":
+        blockers.append(
+            f"{matrix.path}: targets.{target.name}.plugin.source: {target.plugin.name} comes from a wheelhouse; "
+            "pass --wheelhouse DIR (the vendor SDK's wheels) or set `wheelhouse` in --site"
+        )
+    # The contexts docker-bake.hcl names (bake.named_contexts), with the site's wheelhouse if any.
+    named_contexts = named_contexts_for(matrix, target, options.dist_dir / ".contexts")
+    if wheelhouse:
+        named_contexts["wheels"] = wheelhouse
+    secrets: list[SecretSource] = []
+    if site.ca_bundle:
+        secrets.append(SecretSource("ca.pem", "file", site.ca_bundle, f"extra CA bundle from {site.ca_bundle}"))
+    if site.pip.index_url or site.pip.token_env or site.pip.trusted_hosts:
+        secrets.append(SecretSource("pip.conf", "generated", None, "pip.conf generated from the site's pip settings"))
+    verification = planned(
+        matrix,
+        target,
+        tuple(platforms),
+        engine_install=install_mode,
+        plugin_install=plugin_mode,
+        vendor_packages=build_args.get("VENDOR_PACKAGES", "full"),
+        omitted=omitted,
+        fallback=fallback,
+    )
+    build_args["XCFORGE_VERIFICATION"] = label_value(verification)
+    archive = None
+    if output == "archive":
+        archive = options.dist_dir / f"{target.name}-{engine_version}-{target.variant}.oci.tar"
+    return BuildPlan(
+        target=target,
+        engine_version=engine_version,
+        platforms=tuple(platforms),
+        base_original=target.base.pinned_ref,
+        base_ref=base_ref,
+        image_repo=repo,
+        tags=tags,
+        output=output,
+        dockerfile=matrix.images_dir / target.name / "Dockerfile",
+        context=matrix.images_dir / target.name,
+        named_contexts=named_contexts,
+        build_args=build_args,
+        secrets=tuple(secrets),
+        engine_install=install_mode,
+        plugin_install=plugin_mode,
+        omitted=omitted,
+        fallback=fallback,
+        verification=tuple(verification),
+        revision=revision,
+        archive_path=archive,
+        site=site,
+        blockers=tuple(blockers),
+        dist_dir=options.dist_dir,
+    )

@@ -1,0 +1,263 @@
+"""Typed target → rendered Dockerfile text, and the committed copies under images/<target>/.
+
+The template only arranges data: this module computes the lists (packages, env, labels,
+requirements) the way repo2docker's packs do, so adding a target adds data, not branches.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+import jinja2
+
+from ocicore.errors import RenderError
+from xcforge.config.matrix import Matrix, Target
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+LABEL_PREFIX = "io.xcforge"
+
+# Installed when the base has no Python of its own (python_from: apt).
+_APT_PYTHON = ("python3", "python3-venv", "python3-pip")
+
+
+@dataclass(frozen=True)
+class RenderedDockerfile:
+    target: str
+    text: str
+    path: Path  # where the committed copy lives
+
+
+def _docker_env_value(value: str) -> str:
+    """Quote an ENV/ARG value only when Docker's parser needs it."""
+    if value == "":
+        return '""'
+    if re.fullmatch(r"[A-Za-z0-9_./:,@%+=-]+", value):
+        return value
+    return json.dumps(value)
+
+
+def _docker_label_value(value: str) -> str:
+    # Labels may reference build args (${BUILD_REVISION}); JSON quoting keeps that working.
+    return json.dumps(value)
+
+
+class _Loader(jinja2.FileSystemLoader):
+    """FileSystemLoader that names the template file when it is not UTF-8 text."""
+
+    def get_source(self, environment: jinja2.Environment, template: str):  # type: ignore[override]
+        try:
+            return super().get_source(environment, template)
+        except UnicodeDecodeError as exc:
+            where = Path(self.searchpath[0]) / template
+            raise RenderError(f"{where}: not UTF-8 text (byte {exc.start}); save the template as UTF-8") from None
+
+
+def _environment(templates_dir: Path) -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=_Loader(str(templates_dir)),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=False,
+        lstrip_blocks=False,
+        autoescape=False,
+    )
+    env.filters["dockerenv"] = _docker_env_value
+    env.filters["dockerlabel"] = _docker_label_value
+    env.filters["shquote"] = shlex.quote
+    return env
+
+
+def template_name(target: Target) -> str:
+    return f"targets/{target.name}.Dockerfile.j2"
+
+
+def engine_kind(target: Target) -> str:
+    """What serves: vLLM (wheel or empty build + plugin), or llama.cpp's server compiled from sources."""
+    return "vllm" if target.engine.is_vllm else "llama.cpp"
+
+
+def engine_title(matrix: Matrix, target: Target) -> str:
+    if target.engine.is_vllm:
+        return f"vLLM {matrix.engine_version(target)}"
+    return f"llama.cpp's llama-server, from the sources in {target.engine.package} {matrix.engine_version(target)}"
+
+
+def labels(matrix: Matrix, target: Target) -> list[tuple[str, str]]:
+    """OCI labels plus ours. Values with ${...} are filled from build args at build time."""
+    engine_version = matrix.engine_version(target)
+    plugin = target.plugin
+    return [
+        ("org.opencontainers.image.title", f"xcforge {'vLLM' if target.engine.is_vllm else 'llama.cpp'} {target.name}"),
+        ("org.opencontainers.image.description", target.description),
+        ("org.opencontainers.image.version", f"{engine_version}-{target.variant}"),
+        ("org.opencontainers.image.revision", "${BUILD_REVISION}"),
+        ("org.opencontainers.image.created", "${BUILD_CREATED}"),
+        ("org.opencontainers.image.source", "${BUILD_SOURCE}"),
+        ("org.opencontainers.image.vendor", "xcforge"),
+        ("org.opencontainers.image.licenses", "Apache-2.0"),
+        ("org.opencontainers.image.base.name", "${BASE_IMAGE}"),
+        ("org.opencontainers.image.base.digest", "${BASE_DIGEST}"),
+        (f"{LABEL_PREFIX}.target", target.name),
+        (f"{LABEL_PREFIX}.backend", target.backend),
+        (f"{LABEL_PREFIX}.variant", target.variant),
+        (f"{LABEL_PREFIX}.engine", target.engine.package),
+        (f"{LABEL_PREFIX}.engine.version", engine_version),
+        (f"{LABEL_PREFIX}.plugin", plugin.name if plugin else ""),
+        (f"{LABEL_PREFIX}.plugin.version", plugin.version if plugin else ""),
+        (f"{LABEL_PREFIX}.engine-install", "${ENGINE_INSTALL}"),
+        (f"{LABEL_PREFIX}.fingerprint", "${XCFORGE_FINGERPRINT}"),
+        # Per platform, how far this build proved the image (xcforge/plan/verification.py).
+        (f"{LABEL_PREFIX}.verification", "${XCFORGE_VERIFICATION}"),
+    ]
+
+
+def system_packages(target: Target) -> list[str]:
+    packages = [*target.system_packages, *target.extra_system_packages]
+    if target.base.python_from == "apt":
+        packages.extend(_APT_PYTHON)
+    seen: dict[str, None] = dict.fromkeys(packages)
+    return sorted(seen)
+
+
+def engine_requirements(matrix: Matrix, target: Target) -> list[str]:
+    reqs = [f"{target.engine.package}=={matrix.engine_version(target)}"]
+    if target.plugin:
+        reqs.extend(target.plugin.requires)
+    return reqs
+
+
+def env_prepend(target: Target) -> list[tuple[str, str]]:
+    """`ours` in front of the base's value, which stays (an empty one adds no stray ':')."""
+    return [
+        (key, f"{value}${{{key}:+:${{{key}}}}}") for key, value in sorted(target.env_prepend.items()) if key != "PATH"
+    ]
+
+
+def resolve_requirements(target: Target) -> list[str]:
+    """What a build without a lock installs beside the engine itself (it resolves them then)."""
+    reqs = list(target.engine.build_requirements) if target.engine.install == "source-empty" else []
+    if target.plugin:
+        reqs += target.plugin.requires
+    return reqs
+
+
+def install_spec(target: Target) -> str:
+    """What check-install needs from the matrix, written into the image as one JSON line."""
+    plugin = target.plugin
+    spec = {
+        "pip_check_allow": [e.match for e in target.engine.pip_check_allow],
+        "plugin_entry_point": plugin.entry_point if plugin else "",
+        "plugin_reason": plugin.needs_vendor if plugin else "",
+        "index_only": list(target.engine.index_only),
+        "removed": list(target.engine.remove_packages),
+        "index_only_reason": (
+            f"their right builds come only from {', '.join(target.engine.extra_index_urls)}"
+            if target.engine.index_only
+            else ""
+        ),
+    }
+    return json.dumps(spec, sort_keys=True, separators=(",", ":"))
+
+
+def render_context(matrix: Matrix, target: Target) -> dict:
+    return {
+        "env_prepend": env_prepend(target),
+        "env_scripts": list(target.base.env_scripts),
+        "install_spec": install_spec(target),
+        "resolve_requirements": resolve_requirements(target),
+        "t": target,
+        "template": template_name(target),
+        "engine_version": matrix.engine_version(target),
+        "engine_kind": engine_kind(target),
+        "engine_title": engine_title(matrix, target),
+        "arch_flags": sorted(target.engine.llama_cpp.arch_flags.items()) if target.engine.llama_cpp else [],
+        "system_packages": system_packages(target),
+        "env": sorted(target.env.items()),
+        "labels": labels(matrix, target),
+        "extra_index_urls": list(target.engine.extra_index_urls),
+        "engine_requirements": engine_requirements(matrix, target),
+        "plugin_requirement": f"{target.plugin.name}=={target.plugin.version}" if target.plugin else "",
+    }
+
+
+def render_target(matrix: Matrix, target: Target, templates_dir: Path | None = None) -> RenderedDockerfile:
+    templates_dir = templates_dir or matrix.templates_dir
+    if not templates_dir.is_dir():
+        raise RenderError(
+            f"{templates_dir}: not a directory of templates; the matrix ({matrix.path}) needs templates/ beside it"
+        )
+    env = _environment(templates_dir)
+    name = template_name(target)
+    context = render_context(matrix, target)
+    try:
+        template = env.get_template(name)
+        text = template.render(**context)
+    except jinja2.TemplateNotFound as exc:
+        if exc.name and exc.name != name:  # one it extends or includes
+            raise RenderError(
+                f"{templates_dir / str(exc.name)}: template not found (used by {name} for target "
+                f"'{target.name}'); create it or fix the name in {name}"
+            ) from exc
+        raise RenderError(
+            f"{templates_dir / name}: template not found for target '{target.name}'; "
+            f"create it (it can be a one-line '{{% extends \"Dockerfile.j2\" %}}')"
+        ) from exc
+    except jinja2.UndefinedError as exc:
+        raise RenderError(f"{templates_dir / name}: target '{target.name}': {exc.message}") from exc
+    except jinja2.TemplateSyntaxError as exc:
+        raise RenderError(f"{exc.filename or name}:{exc.lineno}: template syntax error: {exc.message}") from exc
+    except (jinja2.TemplateError, ArithmeticError, LookupError, TypeError, ValueError) as exc:
+        # An expression in a template failed while rendering ({{ 1 / 0 }}, a bad filter argument).
+        raise RenderError(
+            f"{_template_line(exc, templates_dir / name)}: target '{target.name}': rendering failed: "
+            f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        ) from exc
+    text = _tidy(text)
+    return RenderedDockerfile(target=target.name, text=text, path=matrix.images_dir / target.name / "Dockerfile")
+
+
+def _template_line(exc: BaseException, default: Path) -> str:
+    """FILE:LINE of the innermost template frame in the traceback (jinja maps frames to template lines)."""
+    where = str(default)
+    tb = exc.__traceback__
+    while tb is not None:
+        filename = tb.tb_frame.f_code.co_filename
+        if filename.endswith(".j2"):
+            where = f"{filename}:{tb.tb_lineno}"
+        tb = tb.tb_next
+    return where
+
+
+def _tidy(text: str) -> str:
+    """Collapse the blank runs that empty blocks leave behind; end with one newline."""
+    text = re.sub(r"\n{3,}", "\n\n", text)
+    return text.strip("\n") + "\n"
+
+
+@dataclass(frozen=True)
+class DriftResult:
+    target: str
+    path: Path
+    status: str  # "ok", "stale", "missing", "written"
+
+
+def write_or_check(matrix: Matrix, targets: list[Target], check: bool) -> list[DriftResult]:
+    results = []
+    for target in targets:
+        rendered = render_target(matrix, target)
+        current = rendered.path.read_text(encoding="utf-8") if rendered.path.exists() else None
+        if check:
+            status = "ok" if current == rendered.text else ("missing" if current is None else "stale")
+        elif current == rendered.text:
+            status = "ok"
+        else:
+            rendered.path.parent.mkdir(parents=True, exist_ok=True)
+            rendered.path.write_text(rendered.text, encoding="utf-8")
+            status = "written"
+        results.append(DriftResult(target=target.name, path=rendered.path, status=status))
+    return results

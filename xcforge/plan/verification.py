@@ -1,0 +1,119 @@
+"""How far each image and platform was proven: one ladder for every report, label and listing.
+
+    rendered → deps-resolved → engine-installed → plugin-installed → served-cpu → device-tested
+
+`rendered`: the Dockerfile exists (always). `deps-resolved`: the committed lock for that platform is
+locked or partial (`python build.py deps`). `engine-installed` / `plugin-installed`: the build
+installed them and check-install proved them (a target without a plugin passes that rung).
+`served-cpu`: the smoke test served a model on the CPU. `device-tested`: the smoke test ran on the
+real accelerator (hardware runners). A stand-in never claims a rung it skipped: every skip is named
+with its reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from xcforge.config.matrix import Matrix, Target
+from xcforge.plan import deps
+
+LEVELS = ("rendered", "deps-resolved", "engine-installed", "plugin-installed", "served-cpu", "device-tested")
+
+
+def rank(level: str) -> int:
+    return LEVELS.index(level) if level in LEVELS else 0
+
+
+def higher(a: str, b: str) -> str:
+    return a if rank(a) >= rank(b) else b
+
+
+def _skipped_on(mode: str, arch: str) -> bool:
+    return mode == "skip" or mode == f"skip-{arch}"
+
+
+@dataclass
+class PlatformVerification:
+    platform: str
+    level: str
+    lock: str  # the lock's status for the vendor's Python: locked | partial | unverified | missing
+    skipped: list[str] = field(default_factory=list)  # "step: reason"
+
+    def as_dict(self) -> dict:
+        return {"platform": self.platform, "level": self.level, "lock": self.lock, "skipped": self.skipped}
+
+
+def lock_level(status: str) -> str:
+    """The rung a lock status reaches by itself."""
+    return "deps-resolved" if status in ("locked", "partial") else "rendered"
+
+
+def lock_status(matrix: Matrix, target: Target, platform: str, fallback: bool = False) -> tuple[str, str]:
+    """(the set's status, what its engine side needs: "" when locked)."""
+    if not target.engine.is_vllm:
+        # Compiled from sources whose sha256 the committed pin holds: nothing else to resolve.
+        if deps.engine_sdist_pin(matrix, target):
+            return "locked", ""
+        return "missing", "run `python build.py deps`"
+    entry = deps.set_status(matrix, target, platform, fallback=fallback)
+    if entry is None:
+        return "missing", "run `python build.py deps`"
+    engine = str(entry.get("engine") or "")
+    return entry.get("status", "missing"), "" if engine == "locked" else engine.removeprefix("unverified: ")
+
+
+def planned(
+    matrix: Matrix,
+    target: Target,
+    platforms: tuple[str, ...],
+    *,
+    engine_install: str,
+    plugin_install: str,
+    vendor_packages: str = "full",
+    omitted: tuple[str, ...] = (),
+    fallback: tuple[str, ...] = (),
+) -> list[PlatformVerification]:
+    """The level a successful build reaches per platform (check-install fails the build otherwise)."""
+    out = []
+    for platform in platforms:
+        arch = platform.split("/", 1)[1]
+        status, engine_note = lock_status(matrix, target, platform, fallback=platform in fallback)
+        level = lock_level(status)
+        skipped: list[str] = []
+        if platform in fallback and target.engine.fallback:
+            # Installed and proven, but not the matrix's production pins: every report says so.
+            skipped.append(
+                f"engine pins: stand-in pairing {target.engine.package} {target.engine.fallback.version} "
+                f"instead of {matrix.engine_version(target)} ({target.engine.fallback.reason})"
+            )
+        if level == "rendered":
+            skipped.append(f"lock: {status} ({engine_note})")
+        if _skipped_on(engine_install, arch):
+            why = engine_note or (
+                f"it builds against the plugin's vendor stack, skipped: {target.plugin.needs_vendor}"
+                if target.engine_needs_plugin_stack and _skipped_on(plugin_install, arch)
+                else "the site skips it (skip_engine_install)"
+            )
+            skipped.append(f"engine: skipped ({why})")
+        else:
+            level = "engine-installed"
+            if target.plugin is None:
+                level = "plugin-installed"
+            elif _skipped_on(plugin_install, arch):
+                skipped.append(f"plugin: skipped ({target.plugin.needs_vendor})")
+            else:
+                level = "plugin-installed"
+        if target.vendor_system_packages and _skipped_on(vendor_packages, arch):
+            skipped.append("vendor apt packages: skipped (only the vendor base has their apt repository)")
+        left_out = (*omitted, *(target.engine.index_only if platform in fallback else ()))
+        skipped += [
+            f"{name}: left out (its build is only on {', '.join(target.engine.extra_index_urls)})"
+            for name in dict.fromkeys(left_out)
+        ]
+        out.append(PlatformVerification(platform, level, status, skipped))
+    return out
+
+
+def label_value(verifications: list[PlatformVerification]) -> str:
+    """`linux/amd64=engine-installed linux/arm64=rendered`: one label for a multi-platform build."""
+    return " ".join(f"{v.platform}={v.level}" for v in verifications)

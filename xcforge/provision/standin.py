@@ -1,0 +1,703 @@
+"""Stand-in base images: Debian bookworm rootfs images pushed under the mirrored names of vendor bases.
+
+Vendor bases (NVIDIA CUDA, Huawei CANN, Cambricon PyTorch) cannot be pulled on build and test machines,
+so each one gets a stand-in: a minimal Debian bookworm rootfs (python3, python3-venv, ca-certificates)
+for linux/amd64 and linux/arm64, labelled with the original reference and pushed to the local registry
+as ``<registry>/standin/<fully qualified original ref>``. A stand-in is never reported as the vendor
+image; the label ``io.xcforge.stand-in`` and the file ``/etc/xcforge-stand-in`` say what it stands for.
+
+    python -m xcforge.provision.standin                         # every base in matrix.yaml
+    python -m xcforge.provision.standin --image nvidia/cuda:12.9.1-base-ubuntu22.04
+    python -m xcforge.provision.standin --list                  # original -> stand-in, builds nothing
+    python -m xcforge.provision.standin --check                 # which stand-ins are up to date, builds nothing
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import platform
+import re
+import shutil
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ocicore.errors import ConfigError, EnvironmentProblem, RegistryError, XcforgeError
+from ocicore.registry import DOCKER_HUB, Reference
+from xcforge.provision.progress import Progress
+from xcforge.shell import DOCKER, run
+
+DEFAULT_REGISTRY = "127.0.0.1:5000"
+STANDIN_NAMESPACE = "standin"
+PLATFORMS = ("linux/amd64", "linux/arm64")
+CACHE_DIR = Path(os.environ.get("XCFORGE_STANDIN_CACHE", "/var/cache/xcforge/standin"))
+
+LABEL_OF = "io.xcforge.stand-in"
+LABEL_ROOTFS = "io.xcforge.stand-in.rootfs"
+LABEL_RECIPE = "io.xcforge.stand-in.recipe"
+STANDIN_FILE = "etc/xcforge-stand-in"
+
+SUITE = "bookworm"
+PACKAGES = ("python3", "python3-venv", "ca-certificates")
+# Bump when the rootfs recipe changes in a way the arguments below do not show.
+RECIPE_VERSION = "1"
+# The stand-in's apt sources are the build machine's own, so `apt-get update` inside a stand-in
+# uses the same mirror the machine does (and no archive host is written in this repository).
+HOST_SOURCES = (Path("/etc/apt/sources.list.d/debian.sources"), Path("/etc/apt/sources.list"))
+# A machine that is not Debian (GitHub's Ubuntu runners) has no Debian sources to copy: the mirror comes
+# from this variable (CI's workflow sets it) and the keyring from Ubuntu's debian-archive-keyring package.
+MIRROR_ENV = "XCFORGE_DEBIAN_MIRROR"
+DEBIAN_KEYRING = Path("/usr/share/keyrings/debian-archive-keyring.gpg")
+_MIRROR_URL = re.compile(r"https?://\S+")
+
+DOCKERFILE = """\
+FROM scratch
+ARG TARGETARCH
+ADD rootfs-${TARGETARCH}.tar /
+COPY xcforge-stand-in /etc/xcforge-stand-in
+CMD ["bash"]
+"""
+
+# What of a vendor base's layout a stand-in reproduces (from the matrix): its environment scripts,
+# as stubs at the same paths that only record they were sourced, and its own venv where the image
+# installs into it. Not reproduced: the vendor's Python version, libraries, SDK and driver files.
+LAYOUT_DOCKERFILE = """\
+COPY layout/ /
+"""
+VENV_DOCKERFILE = """\
+RUN python3 -m venv {venv}
+"""
+# A vendor base whose venv ships torch (Cambricon's) gets the machine's wheelhouse torch in its
+# stand-in venv (with its dependencies from PyPI), where no emulation is needed: the engine side
+# then installs against a torch as it would on the vendor base. Not Cambricon's torch build.
+TORCH_DOCKERFILE = """\
+RUN --mount=type=bind,from=wheels,target=/wheels --mount=type=secret,id=ca.pem,required=false \\
+    whl=$(ls /wheels/torch-*-cp3*-*"$(uname -m)".whl 2>/dev/null | sort -V | tail -n 1); \\
+    if [ -n "$whl" ] && [ "$(uname -m)" = x86_64 ]; then \\
+        if [ -s /run/secrets/ca.pem ]; then export PIP_CERT=/run/secrets/ca.pem; fi; \\
+        {venv}/bin/pip install --no-cache-dir --disable-pip-version-check "$whl"; \\
+    else echo "stand-in: no torch for $(uname -m) in the wheelhouse"; fi
+"""
+
+
+@dataclass(frozen=True)
+class Layout:
+    env_scripts: tuple[str, ...] = ()
+    venv: str | None = None
+    torch: bool = False  # the vendor's venv ships torch
+
+    @property
+    def key(self) -> str:
+        if not self.env_scripts and not self.venv:
+            return ""
+        blob = json.dumps([self.env_scripts, self.venv, self.torch]).encode()
+        return "+layout-" + hashlib.sha256(blob).hexdigest()[:12]
+
+    def dockerfile(self) -> str:
+        text = DOCKERFILE.replace('CMD ["bash"]\n', "")
+        if self.env_scripts:
+            text += LAYOUT_DOCKERFILE
+        if self.venv:
+            text += VENV_DOCKERFILE.format(venv=self.venv)
+            if self.torch:
+                text += TORCH_DOCKERFILE.format(venv=self.venv)
+        return text + 'CMD ["bash"]\n'
+
+    def write(self, context: Path) -> None:
+        (context / "layout").mkdir(exist_ok=True)
+        for script in self.env_scripts:
+            path = script.split()[0]
+            stub = context / "layout" / path.lstrip("/")
+            stub.parent.mkdir(parents=True, exist_ok=True)
+            stub.write_text(
+                f"# xcforge stand-in for {path} (the vendor's environment script): it only records that it ran.\n"
+                f'export XCFORGE_STANDIN_SOURCED="${{XCFORGE_STANDIN_SOURCED:+$XCFORGE_STANDIN_SOURCED:}}{path}"\n'
+            )
+            os.utime(stub, (0, 0))  # the same layer digest every time it is rebuilt
+
+
+_INDEX_TYPES = (
+    "application/vnd.oci.image.index.v1+json",
+    "application/vnd.docker.distribution.manifest.list.v2+json",
+)
+_MANIFEST_TYPES = (
+    "application/vnd.oci.image.manifest.v1+json",
+    "application/vnd.docker.distribution.manifest.v2+json",
+)
+
+
+@dataclass(frozen=True)
+class ImageRef:
+    """A parsed, normalised image reference: docker.io/library/ubuntu:22.04, quay.io/x/y@sha256:..."""
+
+    domain: str
+    path: str
+    tag: str | None
+    digest: str | None
+
+    def __str__(self) -> str:
+        ref = f"{self.domain}/{self.path}"
+        if self.tag:
+            ref += f":{self.tag}"
+        if self.digest:
+            ref += f"@{self.digest}"
+        return ref
+
+
+def parse_ref(ref: str) -> ImageRef:
+    """Parse and normalise like Docker (through ocicore.registry's parser): no host means docker.io, a
+    one-part docker.io name gets library/, and a reference with neither tag nor digest gets :latest."""
+    parsed = Reference.parse(ref)
+    domain = "docker.io" if parsed.registry == DOCKER_HUB else parsed.registry
+    tag = parsed.tag if (parsed.tag or parsed.digest) else "latest"
+    return ImageRef(domain=domain, path=parsed.repository, tag=tag, digest=parsed.digest)
+
+
+def normalize_ref(ref: str) -> str:
+    """Fully qualify an image reference: 'ubuntu' -> 'docker.io/library/ubuntu:latest',
+    'nvidia/cuda:12.9.1-base-ubuntu22.04' -> 'docker.io/nvidia/cuda:12.9.1-base-ubuntu22.04'.
+    Raises ConfigError for a reference Docker would not accept."""
+    return str(parse_ref(ref))
+
+
+def standin_ref(original_ref: str, registry: str = DEFAULT_REGISTRY) -> str:
+    """The mirrored name of a vendor base's stand-in: '<registry>/standin/<fully qualified ref>'.
+
+    A stand-in cannot have the vendor image's digest, so a digest is dropped; a reference pinned only by
+    digest gets the tag 'sha256-<hex>' (the tag scheme cosign uses too). A registry port becomes
+    '_<port>' in the path, because ':' is not allowed in a repository name.
+    """
+    registry = registry.strip().rstrip("/")
+    if not registry or "://" in registry:
+        raise ConfigError(f"registry {registry!r} must be a host[:port][/path], without a scheme")
+    ref = parse_ref(original_ref)
+    host = ref.domain.lower().replace(":", "_")
+    tag = ref.tag or ref.digest.replace(":", "-")  # type: ignore[union-attr]  # parse_ref: one is set
+    return f"{registry}/{STANDIN_NAMESPACE}/{host}/{ref.path}:{tag}"
+
+
+def build_context_arg(original_ref: str, registry: str = DEFAULT_REGISTRY) -> str:
+    """A `docker buildx build --build-context` value that makes `FROM <original_ref>` use the stand-in.
+
+    BuildKit normalises both the FROM name and the context name, so `FROM nvidia/cuda:12.9.1-base-ubuntu22.04`
+    matches the fully qualified key; a digest in the FROM line must be in the key too (it is kept here).
+    """
+    return f"{normalize_ref(original_ref)}=docker-image://{standin_ref(original_ref, registry)}"
+
+
+# ------------------------------------------------------------------------------------------- rootfs
+
+
+@dataclass(frozen=True)
+class Rootfs:
+    arch: str  # Debian/Docker architecture name: amd64, arm64
+    tarball: Path
+    sha256: str
+
+
+def _debian_arch(platform_: str) -> str:
+    return platform_.split("/")[1]
+
+
+def _host_arch() -> str:
+    machine = platform.machine().lower()
+    return {"x86_64": "amd64", "aarch64": "arm64", "arm64": "arm64", "amd64": "amd64"}.get(machine, machine)
+
+
+def os_release() -> dict[str, str]:
+    """The machine's os-release fields ($XCFORGE_OS_RELEASE, else /etc/os-release); {} if unreadable."""
+    path = Path(os.environ.get("XCFORGE_OS_RELEASE", "/etc/os-release"))
+    try:
+        text = path.read_text()
+    except OSError:
+        return {}
+    fields = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and not key.startswith("#"):
+            fields[key.strip()] = value.strip().strip("\"'")
+    return fields
+
+
+def host_sources() -> Path:
+    """The apt sources mmdebstrap builds the rootfs from (and the stand-in keeps).
+
+    On Debian (or when os-release cannot be read): the machine's own Debian sources. Elsewhere (Ubuntu),
+    or on a Debian without them: a deb822 file made from $XCFORGE_DEBIAN_MIRROR.
+    """
+    release = os_release()
+    if release.get("ID", "debian") == "debian":
+        for path in HOST_SOURCES:
+            if path.is_file() and path.read_text().strip():
+                return path
+    mirror = os.environ.get(MIRROR_ENV, "").strip()
+    if mirror:
+        return mirror_sources(mirror)
+    if release.get("ID", "debian") == "debian":
+        raise EnvironmentProblem(
+            "no Debian apt sources on this machine (/etc/apt/sources.list.d/debian.sources); "
+            f"stand-in rootfs builds need a Debian mirror (or set {MIRROR_ENV} to a Debian archive URL)"
+        )
+    name = release.get("PRETTY_NAME") or release.get("ID", "this OS")
+    raise EnvironmentProblem(
+        f"this machine runs {name}, not Debian, so its apt sources cannot build the Debian {SUITE} rootfs of "
+        f"a stand-in: set {MIRROR_ENV} to a Debian archive URL (http://<debian mirror>/debian; CI's workflow "
+        "sets it)"
+    )
+
+
+_generated_sources: dict[str, Path] = {}
+
+
+def mirror_sources(mirror: str) -> Path:
+    """A deb822 `debian.sources` for SUITE (and its updates) on this mirror, signed by Debian's keyring.
+
+    Written once per process into a temporary directory; mmdebstrap copies it into the rootfs as
+    /etc/apt/sources.list.d/0000debian.sources, the same name a Debian host's sources get.
+    """
+    if not _MIRROR_URL.fullmatch(mirror):
+        raise ConfigError(f"{MIRROR_ENV}={mirror!r} is not an http:// or https:// URL of a Debian archive")
+    if not DEBIAN_KEYRING.is_file():
+        raise EnvironmentProblem(
+            f"{DEBIAN_KEYRING} is missing: install debian-archive-keyring (scripts/provision.sh does)"
+        )
+    if mirror not in _generated_sources:
+        directory = Path(tempfile.mkdtemp(prefix="xcforge-sources-"))
+        atexit.register(shutil.rmtree, directory, True)
+        path = directory / "debian.sources"
+        path.write_text(
+            f"# Made by xcforge.provision.standin from {MIRROR_ENV} (no Debian sources on the build machine).\n"
+            "Types: deb\n"
+            f"URIs: {mirror.rstrip('/')}\n"
+            f"Suites: {SUITE} {SUITE}-updates\n"
+            "Components: main\n"
+            f"Signed-By: {DEBIAN_KEYRING}\n"
+        )
+        _generated_sources[mirror] = path
+    return _generated_sources[mirror]
+
+
+def recipe(arch: str, sources: Path) -> tuple[list[str], str]:
+    """The mmdebstrap arguments (without the output path) and a key that changes when they change."""
+    args = [
+        "mmdebstrap",
+        "--variant=minbase",
+        f"--include={','.join(PACKAGES)}",
+        f"--architectures={arch}",
+        # Device nodes do not belong in an image layer: the container runtime provides /dev.
+        "--skip=output/dev",
+        "--format=tar",
+    ]
+    key_source = json.dumps(
+        {"v": RECIPE_VERSION, "args": args, "suite": SUITE, "sources": sources.read_text()}, sort_keys=True
+    )
+    return args, hashlib.sha256(key_source.encode()).hexdigest()[:16]
+
+
+def recipe_key(arches: Iterable[str], sources: Path) -> str:
+    return hashlib.sha256("".join(recipe(a, sources)[1] for a in sorted(arches)).encode()).hexdigest()[:16]
+
+
+def _sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _check_emulation(arch: str) -> None:
+    if arch == _host_arch():
+        return
+    qemu = {"arm64": "qemu-aarch64", "amd64": "qemu-x86_64"}.get(arch, f"qemu-{arch}")
+    entry = Path("/proc/sys/fs/binfmt_misc") / qemu
+    try:
+        enabled = entry.read_text().splitlines()[0].strip() == "enabled"
+    except OSError:
+        enabled = False
+    if not enabled:
+        raise EnvironmentProblem(
+            f"{arch} binaries cannot run here ({qemu} is not enabled in binfmt_misc); run scripts/provision.sh"
+        )
+
+
+@contextlib.contextmanager
+def _locked(cache_dir: Path) -> Iterator[None]:
+    """Serialise rootfs builds between concurrent runs (CI jobs, a developer and provision.sh)."""
+    with (cache_dir / ".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def cached_rootfs(arch: str, cache_dir: Path, sources: Path) -> Rootfs | None:
+    """The cached rootfs for arch if it was built with the current recipe."""
+    _, key = recipe(arch, sources)
+    meta_path = cache_dir / f"rootfs-{arch}.json"
+    tarball = cache_dir / f"rootfs-{arch}.tar"
+    try:
+        meta = json.loads(meta_path.read_text())
+    except (OSError, ValueError):
+        return None
+    if meta.get("recipe") != key or not tarball.is_file() or tarball.stat().st_size != meta.get("size"):
+        return None
+    return Rootfs(arch=arch, tarball=tarball, sha256=meta["sha256"])
+
+
+def ensure_rootfs(
+    arch: str, cache_dir: Path, sources: Path, *, refresh: bool = False, progress: Progress | None = None
+) -> Rootfs:
+    """Build (or reuse) the Debian rootfs tarball for arch under cache_dir."""
+    progress = progress or Progress("stand-in bases")
+    try:
+        cache_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise EnvironmentProblem(f"cannot create {cache_dir} ({exc.strerror}); run as root or set --cache-dir") from exc
+    with _locked(cache_dir):
+        if not refresh and (found := cached_rootfs(arch, cache_dir, sources)):
+            return found
+        if shutil.which("mmdebstrap") is None:
+            raise EnvironmentProblem("mmdebstrap is not installed; run scripts/provision.sh")
+        _check_emulation(arch)
+        args, key = recipe(arch, sources)
+        tarball = cache_dir / f"rootfs-{arch}.tar"
+        partial = cache_dir / f".rootfs-{arch}.partial.tar"
+        partial.unlink(missing_ok=True)
+        started = time.monotonic()
+        emulated = " under QEMU" if arch != _host_arch() else ""
+        with progress.heartbeat(f"rootfs {arch}: mmdebstrap {SUITE} minbase{emulated} (minutes on a fresh machine)"):
+            result = run([*args, "--quiet", SUITE, str(partial), str(sources)], check=False)
+        if result.returncode != 0:
+            partial.unlink(missing_ok=True)
+            raise EnvironmentProblem(f"mmdebstrap failed for {arch} (exit {result.returncode}); see its output above")
+        seconds = time.monotonic() - started
+        partial.replace(tarball)
+        meta = {
+            "recipe": key,
+            "sha256": _sha256_file(tarball),
+            "size": tarball.stat().st_size,
+            "seconds": round(seconds, 1),
+            "built": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+        (cache_dir / f"rootfs-{arch}.json").write_text(json.dumps(meta, indent=2) + "\n")
+        progress.say(f"rootfs {arch}: built in {seconds:.0f} s ({meta['size'] >> 20} MiB)")
+        return Rootfs(arch=arch, tarball=tarball, sha256=meta["sha256"])
+
+
+def rootfs_fingerprint(rootfs: Sequence[Rootfs]) -> str:
+    return hashlib.sha256(
+        "".join(f"{r.arch}={r.sha256}\n" for r in sorted(rootfs, key=lambda r: r.arch)).encode()
+    ).hexdigest()
+
+
+# ----------------------------------------------------------------------------------------- registry
+
+
+@dataclass(frozen=True)
+class RegistryImage:
+    """What the registry holds under a tag: its platforms and the labels of its image config."""
+
+    platforms: frozenset[str]
+    labels: dict[str, str]
+
+
+# The registry is on loopback: an http_proxy from the environment must not see these requests.
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def _registry_get(url: str, accept: Sequence[str]) -> tuple[bytes, str] | None:
+    request = urllib.request.Request(url, headers={"Accept": ", ".join(accept)})
+    try:
+        with _OPENER.open(request, timeout=30) as response:
+            return response.read(), response.headers.get("Content-Type", "")
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            return None
+        raise RegistryError(f"GET {url} answered {exc.code} {exc.reason}") from exc
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise RegistryError(
+            f"registry at {url.split('/v2/')[0]} is not reachable ({reason}); run scripts/provision.sh"
+        ) from exc
+
+
+def inspect_registry_image(ref: str) -> RegistryImage | None:
+    """Read a pushed image over the registry's HTTP API (plain http: the registry is on loopback)."""
+    registry, _, rest = ref.partition("/")
+    repo, _, tag = rest.rpartition(":")
+    base = f"http://{registry}/v2/{repo}"
+    found = _registry_get(f"{base}/manifests/{tag}", (*_INDEX_TYPES, *_MANIFEST_TYPES))
+    if found is None:
+        return None
+    body, content_type = found
+    document = json.loads(body)
+    media_type = document.get("mediaType") or content_type
+    platforms: dict[str, str] = {}
+    if media_type in _INDEX_TYPES:
+        for entry in document.get("manifests", []):
+            plat = entry.get("platform", {})
+            if plat.get("os") and plat.get("os") != "unknown":
+                platforms[f"{plat['os']}/{plat['architecture']}"] = entry["digest"]
+        if not platforms:
+            return RegistryImage(platforms=frozenset(), labels={})
+        manifest = _registry_get(f"{base}/manifests/{next(iter(platforms.values()))}", _MANIFEST_TYPES)
+        if manifest is None:
+            return None
+        document = json.loads(manifest[0])
+    config = _registry_get(f"{base}/blobs/{document['config']['digest']}", ("*/*",))
+    if config is None:
+        return None
+    config_doc = json.loads(config[0])
+    if not platforms:
+        platforms[f"{config_doc.get('os')}/{config_doc.get('architecture')}"] = ""
+    labels = (config_doc.get("config") or {}).get("Labels") or {}
+    return RegistryImage(platforms=frozenset(platforms), labels=labels)
+
+
+# ------------------------------------------------------------------------------------------- images
+
+
+@dataclass(frozen=True)
+class StandinStatus:
+    original: str
+    standin: str
+    state: str  # "up to date", "missing", "stale (...)"
+
+    @property
+    def current(self) -> bool:
+        return self.state == "up to date"
+
+
+def image_status(original: str, registry: str, recipe_id: str, fingerprint: str | None) -> StandinStatus:
+    """Whether the registry already holds this stand-in built from the same rootfs.
+
+    With no cached rootfs to compare (a fresh cache next to a kept registry), the recipe label decides,
+    so checking never has to build a rootfs.
+    """
+    target = standin_ref(original, registry)
+    pushed = inspect_registry_image(target)
+    if pushed is None:
+        return StandinStatus(original, target, "missing")
+    lacking = sorted(set(PLATFORMS) - pushed.platforms)
+    if lacking:
+        return StandinStatus(original, target, f"stale (no {', '.join(lacking)})")
+    if pushed.labels.get(LABEL_OF) != normalize_ref(original):
+        return StandinStatus(original, target, f"stale (label {LABEL_OF} is {pushed.labels.get(LABEL_OF)!r})")
+    if fingerprint is not None and pushed.labels.get(LABEL_ROOTFS) != fingerprint:
+        return StandinStatus(original, target, "stale (other rootfs)")
+    if pushed.labels.get(LABEL_RECIPE) != recipe_id:
+        return StandinStatus(original, target, "stale (other rootfs recipe)")
+    return StandinStatus(original, target, "up to date")
+
+
+def build_standin(
+    original: str, registry: str, rootfs: Sequence[Rootfs], recipe_id: str, layout: Layout | None = None
+) -> str:
+    """Build the multi-arch stand-in for one vendor base and push it; returns the stand-in ref."""
+    layout = layout or Layout()
+    target = standin_ref(original, registry)
+    qualified = normalize_ref(original)
+    with tempfile.TemporaryDirectory(prefix="xcforge-standin-") as tmp:
+        context = Path(tmp)
+        for r in rootfs:
+            link = context / f"rootfs-{r.arch}.tar"
+            try:
+                os.link(r.tarball, link)
+            except OSError:  # another filesystem: copy
+                shutil.copyfile(r.tarball, link)
+        (context / "Dockerfile").write_text(layout.dockerfile())
+        layout.write(context)
+        (context / "xcforge-stand-in").write_text(qualified + "\n")
+        argv = [
+            DOCKER, "buildx", "build",
+            "--builder", "default",
+            "--platform", ",".join(PLATFORMS),
+            # Vendor bases are plain manifest lists; so are their stand-ins.
+            "--provenance=false", "--sbom=false",
+            "--progress=plain",
+            "--label", f"{LABEL_OF}={qualified}",
+            "--label", f"{LABEL_ROOTFS}={rootfs_fingerprint(rootfs)}",
+            "--label", f"{LABEL_RECIPE}={recipe_id}",
+            "--label", f"org.opencontainers.image.description=xcforge stand-in for {qualified}: "
+            f"Debian {SUITE} minbase with {', '.join(PACKAGES)}; not the vendor image",
+            "--tag", target,
+            "--push",
+        ]  # fmt: skip
+        if layout.torch:
+            wheels, ca = _standin_wheelhouse()
+            argv += ["--build-context", f"wheels={wheels or context / 'layout'}"]
+            if ca:
+                argv += ["--secret", f"id=ca.pem,src={ca}"]
+        argv.append(str(context))
+        result = run(argv, check=False)
+    if result.returncode != 0:
+        raise EnvironmentProblem(
+            f"docker buildx build of the stand-in for {qualified} failed (exit {result.returncode})"
+        )
+    return target
+
+
+def _standin_wheelhouse() -> tuple[Path | None, Path | None]:
+    """The stand-in site's wheelhouse and CA bundle (sites/standin.yaml), where they exist."""
+    from xcforge.config.site import STANDIN_SITE, load_site
+
+    site = load_site(STANDIN_SITE)
+    wheels = site.wheelhouse if site.wheelhouse and site.wheelhouse.is_dir() else None
+    ca = site.ca_bundle if site.ca_bundle and site.ca_bundle.is_file() else None
+    return wheels, ca
+
+
+def matrix_layouts(matrix_path: Path) -> dict[str, Layout]:
+    """Per base image of matrix.yaml, the part of the vendor's layout its stand-in reproduces."""
+    from xcforge.config.matrix import load_matrix
+
+    if not matrix_path.is_file():
+        return {}
+    layouts: dict[str, Layout] = {}
+    for target in load_matrix(matrix_path).targets.values():
+        venv = None if target.python.create_venv else target.python.venv
+        layouts[normalize_ref(target.base.image)] = Layout(
+            tuple(target.base.env_scripts), venv, torch=venv is not None and "torch" in target.base.provides
+        )
+    return layouts
+
+
+def matrix_bases(matrix_path: Path) -> list[str]:
+    """The base image refs of every target in matrix.yaml (each needs a stand-in here)."""
+    try:
+        from xcforge.config.matrix import load_matrix  # optional until the matrix module lands
+    except ImportError as exc:
+        raise ConfigError(
+            f"cannot read {matrix_path}: xcforge.config.matrix is not importable ({exc}); pass --image REF"
+        ) from exc
+    if not matrix_path.is_file():
+        raise ConfigError(f"{matrix_path} not found; pass --matrix FILE or --image REF")
+    matrix = load_matrix(matrix_path)
+    refs: list[str] = []
+    for name, target in matrix.targets.items():
+        unsupported = sorted(set(target.platforms) - set(PLATFORMS))
+        if unsupported:
+            raise ConfigError(
+                f"target {name!r} wants {', '.join(unsupported)}; stand-in bases exist for {', '.join(PLATFORMS)} only"
+            )
+        refs.append(target.base.image)
+    return refs
+
+
+def _dedupe(refs: Iterable[str]) -> list[str]:
+    seen: dict[str, str] = {}
+    for ref in refs:
+        seen.setdefault(normalize_ref(ref), ref)
+    return list(seen.values())
+
+
+# ------------------------------------------------------------------------------------------------ CLI
+
+
+def default_registry() -> str:
+    """The local registry: $XCFORGE_REGISTRY, else 127.0.0.1:$XCFORGE_REGISTRY_PORT (provision.sh's)."""
+    return os.environ.get("XCFORGE_REGISTRY", f"127.0.0.1:{os.environ.get('XCFORGE_REGISTRY_PORT', '5000')}")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m xcforge.provision.standin",
+        description="Build stand-in base images (Debian bookworm) under the mirrored names of vendor bases "
+        "and push them to the local registry.",
+    )
+    parser.add_argument("--image", action="append", default=[], metavar="REF", help="a vendor base ref (repeatable)")
+    parser.add_argument(
+        "--matrix", type=Path, help="take the bases of every target in this matrix (default: matrix.yaml)"
+    )
+    parser.add_argument("--registry", default=default_registry(), help="registry host[:port] (default: %(default)s)")
+    parser.add_argument("--cache-dir", type=Path, default=CACHE_DIR, help="rootfs tarball cache (default: %(default)s)")
+    parser.add_argument("--force", action="store_true", help="rebuild and push even if the registry is up to date")
+    parser.add_argument("--refresh-rootfs", action="store_true", help="rebuild the rootfs tarballs too (new packages)")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--list", action="store_true", help="print 'original -> stand-in' and exit")
+    mode.add_argument("--check", action="store_true", help="report which stand-ins are up to date; build nothing")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    return parser
+
+
+def _refs_from_args(args: argparse.Namespace) -> list[str]:
+    refs = list(args.image)
+    if args.matrix is not None or not refs:
+        refs += matrix_bases(args.matrix or Path("matrix.yaml"))
+    if not refs:
+        raise ConfigError("no base images: the matrix has no targets and no --image was given")
+    return _dedupe(refs)
+
+
+def _execute(args: argparse.Namespace) -> int:
+    refs = _refs_from_args(args)
+    if args.list:
+        for ref in refs:
+            print(f"{normalize_ref(ref)} -> {standin_ref(ref, args.registry)}")
+        return 0
+
+    sources = host_sources()
+    arches = [_debian_arch(p) for p in PLATFORMS]
+    recipe_id = recipe_key(arches, sources)
+    cached = [cached_rootfs(a, args.cache_dir, sources) for a in arches]
+    fingerprint = rootfs_fingerprint(cached) if all(cached) and not args.refresh_rootfs else None  # type: ignore[arg-type]
+
+    layouts = matrix_layouts(args.matrix or Path("matrix.yaml"))
+
+    def layout_of(ref: str) -> Layout:
+        return layouts.get(normalize_ref(ref), Layout())
+
+    statuses = [image_status(ref, args.registry, recipe_id + layout_of(ref).key, fingerprint) for ref in refs]
+    if args.check:
+        for status in statuses:
+            print(f"{status.standin}: {status.state}")
+        current = sum(s.current for s in statuses)
+        print(f"{current}/{len(statuses)} stand-ins up to date")
+        return 0 if current == len(statuses) else 1
+
+    todo = [s for s in statuses if args.force or args.refresh_rootfs or not s.current]
+    progress = Progress("stand-in bases")
+    for status in statuses:
+        if status not in todo:
+            progress.say(f"{status.standin}: up to date")
+    if todo:
+        rootfs = [
+            ensure_rootfs(a, args.cache_dir, sources, refresh=args.refresh_rootfs, progress=progress) for a in arches
+        ]
+        for n, status in enumerate(todo, 1):
+            started = time.monotonic()
+            layout = layout_of(status.original)
+            what = f"{n}/{len(todo)} {normalize_ref(status.original)} ({', '.join(PLATFORMS)})"
+            with progress.heartbeat(f"building {what}"):
+                build_standin(status.original, args.registry, rootfs, recipe_id + layout.key, layout)
+            progress.say(f"pushed {what} in {time.monotonic() - started:.0f} s ({status.state} before)")
+    print(f"{len(statuses)} stand-ins ({len(statuses) - len(todo)} up to date, {len(todo)} built) at {args.registry}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return _execute(args)
+    except XcforgeError as exc:
+        if args.debug:
+            raise
+        print(f"error: {exc.message}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

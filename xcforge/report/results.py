@@ -1,0 +1,215 @@
+"""Build results → the summary a person reads and the JSON a machine reads.
+
+Written to dist/report.json and dist/report.md, appended to $GITHUB_STEP_SUMMARY in Actions, and
+printed as a table. Later steps (signing, smoke tests) add their results to the same records.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from ocicore.errors import ConfigError
+from xcforge.ci import actions as ci
+from xcforge.plan.verification import higher
+
+REPORT_SCHEMA = 1
+
+
+@dataclass
+class PlatformResult:
+    platform: str
+    digest: str | None = None
+    compressed_bytes: int | None = None
+    builder: str | None = None  # the buildx builder that built it ("default": the local engine's)
+    native: bool | None = None  # built on a node of this platform (else emulated with QEMU)
+
+
+@dataclass
+class BuildResult:
+    target: str
+    status: str  # built | skipped | failed
+    platforms: list[PlatformResult]
+    image_repo: str
+    refs: list[str] = field(default_factory=list)
+    digest: str | None = None  # the index (or the single platform manifest in split mode)
+    output: str = "archive"
+    archive: str | None = None
+    base: str = ""
+    base_digest: str | None = None
+    base_kind: str = "unknown"  # real | stand-in | unknown
+    engine_install: str = "full"
+    fingerprint: str | None = None
+    revision: str = ""
+    duration_s: float = 0.0
+    cache_hits: int = 0
+    steps: int = 0
+    error: str | None = None
+    error_code: int = 0  # the XcforgeError exit code behind `error` (5 build, 6 registry, ...)
+    signatures: list[dict[str, Any]] = field(default_factory=list)
+    # Per platform: SBOM and provenance files and where they were attached (xcforge/attest/attestations.py).
+    attestations: list[dict[str, Any]] = field(default_factory=list)
+    smoke: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    # Per platform: {platform, level, lock, skipped} (xcforge/plan/verification.py); smoke raises levels.
+    verification: list[dict[str, Any]] = field(default_factory=list)
+
+    def raise_level(self, platform: str, level: str) -> None:
+        for entry in self.verification:
+            if entry["platform"] == platform:
+                entry["level"] = higher(entry["level"], level)
+
+    @property
+    def pinned_ref(self) -> str | None:
+        return f"{self.image_repo}@{self.digest}" if self.digest else None
+
+
+def format_bytes(n: float | None) -> str:
+    """1536 → '1.5 KiB'; None → '-'."""
+    if n is None:
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def _base_cell(result: BuildResult) -> str:
+    skipped = ""
+    if result.engine_install == "skip":
+        skipped = " (engine skipped)"
+    elif result.engine_install.startswith("skip-"):
+        skipped = f" (engine skipped on {result.engine_install.removeprefix('skip-')})"
+    return result.base_kind + skipped
+
+
+def _verified_cell(result: BuildResult) -> str:
+    return "<br>".join(f"{v['platform'].split('/')[-1]}: {v['level']}" for v in result.verification) or "-"
+
+
+def markdown(results: list[BuildResult]) -> str:
+    lines = [
+        "## xcforge build report",
+        "",
+        "| target | status | platforms | digest | compressed size | duration | cache hits | base | verified |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        platforms = "<br>".join(p.platform for p in r.platforms)
+        sizes = "<br>".join(f"{p.platform.split('/')[-1]}: {format_bytes(p.compressed_bytes)}" for p in r.platforms)
+        digest = f"`{r.digest[:19]}…`" if r.digest else "-"
+        lines.append(
+            f"| {r.target} | {r.status} | {platforms} | {digest} | {sizes} | {r.duration_s:.0f} s | "
+            f"{r.cache_hits}/{r.steps} | {_base_cell(r)} | {_verified_cell(r)} |"
+        )
+    failures = [r for r in results if r.error]
+    if failures:
+        lines += ["", "### Failures", ""]
+        lines += [f"- **{r.target}**: {r.error}" for r in failures]
+    skipped = [(r.target, v["platform"], s) for r in results for v in r.verification for s in v.get("skipped", [])]
+    if skipped:
+        lines += ["", "### Not verified (skipped steps and why)", ""]
+        lines += [f"- **{t}** {p}: {s}" for t, p, s in skipped]
+    notes = [(r.target, n) for r in results for n in r.notes]
+    if notes:
+        lines += ["", "### Notes", ""]
+        lines += [f"- **{t}**: {n}" for t, n in notes]
+    sboms = [(r.target, a) for r in results for a in r.attestations]
+    if sboms:
+        lines += ["", "### SBOM and provenance", "", "| target | platform | components | SBOM | provenance |"]
+        lines.append("|---|---|---|---|---|")
+        for t, a in sboms:
+            where = a.get("sbom_ref") or a.get("sbom", "")
+            lines.append(
+                f"| {t} | {a.get('platform')} | {a.get('components')} | `{where}` | {a.get('provenance_type') or '-'} |"
+            )
+    signed = [(r.target, s) for r in results for s in r.signatures]
+    if signed:
+        lines += ["", "### Signatures", "", "| target | scheme | what | digest | key id | result |"]
+        lines.append("|---|---|---|---|---|---|")
+        for t, s in signed:
+            what = s.get("attestation") or "image"
+            lines.append(
+                f"| {t} | {s.get('scheme')} | {what} | `{str(s.get('digest', ''))[:19]}…` | {s.get('key_id', '-')} "
+                f"| {s.get('result', '-')} |"
+            )
+    smoked = [(r.target, s) for r in results for s in r.smoke]
+    if smoked:
+        lines += ["", "### Smoke tests", "", "| target | platform | check | result | detail |", "|---|---|---|---|---|"]
+        for t, s in smoked:
+            lines.append(
+                f"| {t} | {s.get('platform', '')} | {s.get('check')} | {s.get('status')} | {s.get('detail', '')} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def print_table(results: list[BuildResult], stream=None) -> None:
+    console = Console(file=stream or sys.stderr, width=160)
+    table = Table(title="xcforge build summary")
+    for column in ("target", "status", "platforms", "digest", "size (compressed)", "duration", "cache", "base"):
+        table.add_column(column)
+    for r in results:
+        table.add_row(
+            r.target,
+            r.status if not r.error else f"[red]{r.status}[/red]",
+            "\n".join(p.platform for p in r.platforms),
+            (r.digest[:19] + "…") if r.digest else "-",
+            "\n".join(format_bytes(p.compressed_bytes) for p in r.platforms),
+            f"{r.duration_s:.0f} s",
+            f"{r.cache_hits}/{r.steps}",
+            _base_cell(r),
+        )
+    console.print(table)
+    for r in results:
+        if r.error:
+            console.print(f"[red]{r.target}[/red]: {r.error}", highlight=False)
+
+
+def write_reports(results: list[BuildResult], dist: Path) -> tuple[Path, Path]:
+    dist.mkdir(parents=True, exist_ok=True)
+    json_path = dist / "report.json"
+    md_path = dist / "report.md"
+    payload = {"schema": REPORT_SCHEMA, "results": [asdict(r) for r in results]}
+    tmp = json_path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+    tmp.replace(json_path)
+    text = markdown(results)
+    md_path.write_text(text, encoding="utf-8")
+    ci.write_step_summary(text)
+    return json_path, md_path
+
+
+def load_results(dist: Path) -> list[BuildResult]:
+    """The records of dist/report.json ([] when there is none); a file that is not a report xcforge
+    wrote is one ConfigError, for every command that reads it."""
+    path = dist / "report.json"
+    if not path.exists():
+        return []
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        results = []
+        for item in data.get("results", []):
+            item = dict(item)
+            item["platforms"] = [PlatformResult(**p) for p in item.get("platforms", [])]
+            results.append(BuildResult(**item))
+    except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
+        detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ConfigError(
+            f"{path}: not a build report xcforge can read ({detail}); rebuild, or name the image by its digest"
+        ) from None
+    return results
+
+
+def merge_into_report(new: list[BuildResult], dist: Path) -> list[BuildResult]:
+    """Replace the records of the targets just built, keep the others (several invocations, one report)."""
+    by_target = {r.target: r for r in load_results(dist)}
+    for result in new:
+        by_target[result.target] = result
+    return list(by_target.values())
