@@ -58,7 +58,7 @@ from _common import (
     write_results,
 )
 
-from ocicore import layout as image_inspect
+from ocicore import registry
 from xcforge.build.docker_env import check_docker
 from xcforge.config.matrix import load_matrix
 from xcforge.smoke.checks import SmokeSubject, served, tiny_model, wait_healthy
@@ -89,7 +89,7 @@ def pull(ref: str, platform: str) -> dict[str, object]:
     subprocess.run(["docker", "pull", "--platform", platform, "--quiet", ref], check=True, capture_output=True)
     took = time.perf_counter() - started
     repo, digest = ref.split("@", 1)
-    compressed = image_inspect.registry_platforms(repo, digest).get(platform, (None, None))[1]
+    compressed = registry.registry_platforms(repo, digest).get(platform, (None, None))[1]
     # With the containerd image store, `docker images` SIZE is the unpacked snapshot plus the content.
     listed = subprocess.run(
         ["docker", "images", "--digests", "--format", "{{.Digest}} {{.Size}}", repo], capture_output=True, text=True

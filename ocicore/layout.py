@@ -1,7 +1,6 @@
-"""Reading built images back: digests, labels and compressed sizes, from a registry or an OCI archive.
-
-Registry reads go through `docker buildx imagetools`, which shares the engine's credentials and
-insecure-registry rules, so what we report is what an operator's docker sees.
+"""OCI image layouts in a tar file (what `buildx --output type=oci` writes): the one reader of them,
+and the merge of several builders' layouts into one index. Plus the names of an archive's side files
+(SBOMs, provenance) that the build writes and verify reads.
 """
 
 from __future__ import annotations
@@ -13,87 +12,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ocicore.errors import ConfigError, RegistryError
-
-INDEX_TYPES = {
-    "application/vnd.oci.image.index.v1+json",
-    "application/vnd.docker.distribution.manifest.list.v2+json",
-}
-
-
-def _client(ref: str):
-    """One way of reading a registry: ocicore.registry's client (docker's credentials, http on loopback)."""
-    from ocicore.registry import RegistryClient, parse_reference
-
-    try:
-        parsed = parse_reference(ref)
-    except ConfigError as exc:
-        raise RegistryError(f"cannot inspect {ref}: {exc.message}") from None
-    return RegistryClient(parsed.registry, retries=2), parsed
-
-
-def _manifest(ref: str):
-    client, parsed = _client(ref)
-    try:
-        return client.get_manifest(parsed.repository, parsed.reference)
-    except RegistryError as exc:
-        raise RegistryError(f"cannot inspect {ref}: {exc.message}") from None
-
-
-def resolve_digest(ref: str) -> str:
-    """The digest a reference points to (the index for multi-platform images)."""
-    return _manifest(ref).digest
-
-
-def exists(ref: str) -> bool:
-    try:
-        resolve_digest(ref)
-    except RegistryError:
-        return False
-    return True
-
-
-def image_configs(ref: str) -> dict[str, dict]:
-    """platform → image config blob, read from the registry as-is.
-
-    (imagetools' `.Image` view is the OCI struct, which drops Docker's Healthcheck and friends.)
-    """
-    from ocicore.registry import RegistryClient, parse_reference
-
-    parsed = parse_reference(ref)
-    client = RegistryClient(parsed.registry)
-    top = client.get_manifest(parsed.repository, parsed.reference)
-    descriptors = top.json().get("manifests") if top.is_index else [{"digest": top.digest}]
-    out: dict[str, dict] = {}
-    for descriptor in descriptors or []:
-        if is_attestation(descriptor):
-            continue
-        manifest = client.get_manifest(parsed.repository, descriptor["digest"]).json()
-        config = json.loads(client.get_blob(parsed.repository, manifest["config"]["digest"]))
-        out[f"{config.get('os', 'linux')}/{config.get('architecture', '?')}"] = config
-    return out
-
-
-def labels(ref: str) -> dict[str, dict[str, str]]:
-    return {
-        platform: (config.get("config") or {}).get("Labels") or {} for platform, config in image_configs(ref).items()
-    }
-
-
-def raw(ref: str) -> dict:
-    return _manifest(ref).json()
-
-
-def is_attestation(descriptor: dict) -> bool:
-    annotations = descriptor.get("annotations") or {}
-    return annotations.get("vnd.docker.reference.type") == "attestation-manifest" or (
-        descriptor.get("platform", {}).get("architecture") == "unknown"
-    )
+from ocicore.media import OCI_INDEX, OCI_LAYOUT_VERSION, is_attestation, is_index
 
 
 def platform_manifests(index: dict, fetch: Callable[[str], dict]) -> dict[str, tuple[str, int]]:
     """platform → (manifest digest, compressed bytes = config + layers). Attestations are skipped."""
-    if index.get("mediaType") not in INDEX_TYPES and "manifests" not in index:
+    if not is_index(index):
         raise ValueError("not an image index")
     out: dict[str, tuple[str, int]] = {}
     for descriptor in index.get("manifests", []):
@@ -109,14 +33,6 @@ def platform_manifests(index: dict, fetch: Callable[[str], dict]) -> dict[str, t
         )
         out[name] = (descriptor["digest"], size)
     return out
-
-
-def registry_platforms(repo: str, digest: str) -> dict[str, tuple[str, int]]:
-    top = raw(f"{repo}@{digest}")
-    if "manifests" not in top:
-        size = top.get("config", {}).get("size", 0) + sum(layer.get("size", 0) for layer in top.get("layers", []))
-        return {"single": (digest, size)}
-    return platform_manifests(top, lambda d: raw(f"{repo}@{d}"))
 
 
 def merge_archives(parts: list[Path], dest: Path) -> str:
@@ -149,7 +65,7 @@ def merge_archives(parts: list[Path], dest: Path) -> str:
                         continue  # the part's own index is replaced by the merged one
                     seen.add(member.name)
                     out.addfile(member, tar.extractfile(member))
-        index = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json", "manifests": manifests}
+        index = {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": manifests}
         if annotations:
             index["annotations"] = annotations
         data = json.dumps(index, separators=(",", ":")).encode()
@@ -159,7 +75,7 @@ def merge_archives(parts: list[Path], dest: Path) -> str:
             descriptor["annotations"] = layout_annotations
         files = {
             "blobs/" + digest.replace(":", "/"): data,
-            "oci-layout": b'{"imageLayoutVersion":"1.0.0"}',
+            "oci-layout": OCI_LAYOUT_VERSION,
             "index.json": json.dumps({"schemaVersion": 2, "manifests": [descriptor]}).encode(),
         }
         for name, content in files.items():
@@ -181,6 +97,10 @@ class OciArchive:
         if member is None:
             raise ValueError(f"{self.path}: {name} missing")
         return json.loads(member.read())
+
+    def top_descriptor(self, tar: tarfile.TarFile) -> dict:
+        """The descriptor index.json points to (the image index, or a lone manifest)."""
+        return self._read(tar, "index.json")["manifests"][0]
 
     def blob(self, tar: tarfile.TarFile, digest: str) -> dict:
         return json.loads(self.open_blob(tar, digest).read())
@@ -265,3 +185,24 @@ class PlatformImage:
     manifest: dict
     config: dict
     statements: list[tuple[str, bytes]]  # (predicate type, in-toto statement) from BuildKit
+
+
+# ------------------------------------------------------------------------------------------ side files
+# What the build writes beside an archive and `verify --archive` reads back: one naming, here.
+
+SBOM_SUFFIX = ".cdx.json"
+PROVENANCE_SUFFIX = ".provenance.json"
+
+
+def attestation_dir(archive: Path) -> Path:
+    """`dist/x.oci.tar` → `dist/x.oci.tar.attestations/` (also for the `.partial` being written)."""
+    return archive.with_name(archive.name.removesuffix(".partial") + ".attestations")
+
+
+def sbom_file_name(platform: str) -> str:
+    """`linux/arm64` → `linux-arm64.cdx.json`."""
+    return platform.replace("/", "-") + SBOM_SUFFIX
+
+
+def provenance_file_name(platform: str) -> str:
+    return platform.replace("/", "-") + PROVENANCE_SUFFIX

@@ -15,34 +15,9 @@ import tarfile
 from collections.abc import Iterable
 from pathlib import Path
 
+from ocicore.layout import OciArchive
+from ocicore.media import MANIFEST_MEDIA_TYPES
 from ocicore.registry import RegistryClient, parse_reference
-
-_MANIFEST_TYPES = {
-    "application/vnd.oci.image.index.v1+json",
-    "application/vnd.oci.image.manifest.v1+json",
-    "application/vnd.docker.distribution.manifest.list.v2+json",
-    "application/vnd.docker.distribution.manifest.v2+json",
-}
-
-
-class _Layout:
-    def __init__(self, tar: tarfile.TarFile) -> None:
-        self.tar = tar
-
-    def open_blob(self, digest: str):
-        algo, hexdigest = digest.split(":", 1)
-        member = self.tar.extractfile(f"blobs/{algo}/{hexdigest}")
-        if member is None:
-            raise FileNotFoundError(digest)
-        return member
-
-    def read_blob(self, digest: str) -> bytes:
-        return self.open_blob(digest).read()
-
-    def top(self) -> dict:
-        index = self.tar.extractfile("index.json")
-        assert index is not None
-        return json.loads(index.read())["manifests"][0]
 
 
 def push_layout(archive: Path, repository: str, tags: Iterable[str] = (), *, progress=None) -> str:
@@ -50,25 +25,29 @@ def push_layout(archive: Path, repository: str, tags: Iterable[str] = (), *, pro
     ref = parse_reference(repository)
     client = RegistryClient(ref.registry)
     say = progress or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    reader = OciArchive(archive)
     with tarfile.open(archive) as tar:
-        layout = _Layout(tar)
-        top = layout.top()
+        top = reader.top_descriptor(tar)
+
+        def read_blob(digest: str) -> bytes:
+            return reader.open_blob(tar, digest).read()
+
         uploaded = {"blobs": 0, "bytes": 0, "present": 0}
 
         def push_manifest(descriptor: dict) -> None:
-            data = layout.read_blob(descriptor["digest"])
+            data = read_blob(descriptor["digest"])
             doc = json.loads(data)
             children = doc.get("manifests") or [doc.get("config"), *(doc.get("layers") or [])]
             for child in children:
                 if not child or "urls" in child:
                     continue
-                if child.get("mediaType") in _MANIFEST_TYPES:
+                if child.get("mediaType") in MANIFEST_MEDIA_TYPES:
                     push_manifest(child)
                     continue
                 if client.blob_exists(ref.repository, child["digest"]):
                     uploaded["present"] += 1
                     continue
-                client.push_blob(ref.repository, layout.open_blob(child["digest"]), child["digest"])
+                client.push_blob(ref.repository, reader.open_blob(tar, child["digest"]), child["digest"])
                 uploaded["blobs"] += 1
                 uploaded["bytes"] += int(child.get("size", 0))
             media_type = descriptor.get("mediaType") or doc.get("mediaType")
@@ -79,7 +58,7 @@ def push_layout(archive: Path, repository: str, tags: Iterable[str] = (), *, pro
             f"pushed {ref.registry}/{ref.repository}@{top['digest']}: {uploaded['blobs']} blobs "
             f"({uploaded['bytes'] / 2**20:.1f} MiB) uploaded, {uploaded['present']} already there"
         )
-        data = layout.read_blob(top["digest"])
+        data = read_blob(top["digest"])
         for tag in tags:
             client.put_manifest(ref.repository, tag, data, top.get("mediaType") or json.loads(data)["mediaType"])
             say(f"tagged {ref.registry}/{ref.repository}:{tag}")

@@ -31,16 +31,19 @@ import requests
 
 from ocicore import __version__
 from ocicore.errors import ConfigError, RegistryError
-
-OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
-OCI_INDEX = "application/vnd.oci.image.index.v1+json"
-DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
-DOCKER_MANIFEST_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
-OCI_CONFIG = "application/vnd.oci.image.config.v1+json"
-OCI_EMPTY = "application/vnd.oci.empty.v1+json"
-OCI_EMPTY_BLOB = b"{}"
-INDEX_MEDIA_TYPES = frozenset({OCI_INDEX, DOCKER_MANIFEST_LIST})
-MANIFEST_MEDIA_TYPES = (OCI_INDEX, OCI_MANIFEST, DOCKER_MANIFEST_LIST, DOCKER_MANIFEST)
+from ocicore.layout import platform_manifests
+from ocicore.media import (  # noqa: F401  (names the registry client's callers import from here)
+    DOCKER_MANIFEST,
+    DOCKER_MANIFEST_LIST,
+    INDEX_MEDIA_TYPES,
+    MANIFEST_MEDIA_TYPES,
+    OCI_CONFIG,
+    OCI_EMPTY,
+    OCI_EMPTY_BLOB,
+    OCI_INDEX,
+    OCI_MANIFEST,
+    is_attestation,
+)
 
 # go-containerregistry's names for Docker Hub; `index.docker.io` is what cosign writes into payloads.
 DOCKER_HUB = "index.docker.io"
@@ -554,3 +557,74 @@ def blob_descriptors(manifest: Manifest) -> list[dict[str, Any]]:
 def canonical_json(doc: Mapping[str, Any]) -> bytes:
     """Compact JSON for manifests we write (stable bytes, hence stable digests)."""
     return json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+# ------------------------------------------------------------------------------------------ images
+# Reading images by reference (base images, pushed results), all through RegistryClient.
+
+
+def _client_for(ref: str):
+    """One way of reading a registry: ocicore.registry's client (docker's credentials, http on loopback)."""
+    try:
+        parsed = parse_reference(ref)
+    except ConfigError as exc:
+        raise RegistryError(f"cannot inspect {ref}: {exc.message}") from None
+    return RegistryClient(parsed.registry, retries=2), parsed
+
+
+def _manifest(ref: str):
+    client, parsed = _client_for(ref)
+    try:
+        return client.get_manifest(parsed.repository, parsed.reference)
+    except RegistryError as exc:
+        raise RegistryError(f"cannot inspect {ref}: {exc.message}") from None
+
+
+def resolve_digest(ref: str) -> str:
+    """The digest a reference points to (the index for multi-platform images)."""
+    return _manifest(ref).digest
+
+
+def exists(ref: str) -> bool:
+    try:
+        resolve_digest(ref)
+    except RegistryError:
+        return False
+    return True
+
+
+def image_configs(ref: str) -> dict[str, dict]:
+    """platform → image config blob, read from the registry as-is.
+
+    (imagetools' `.Image` view is the OCI struct, which drops Docker's Healthcheck and friends.)
+    """
+    parsed = parse_reference(ref)
+    client = RegistryClient(parsed.registry)
+    top = client.get_manifest(parsed.repository, parsed.reference)
+    descriptors = top.json().get("manifests") if top.is_index else [{"digest": top.digest}]
+    out: dict[str, dict] = {}
+    for descriptor in descriptors or []:
+        if is_attestation(descriptor):
+            continue
+        manifest = client.get_manifest(parsed.repository, descriptor["digest"]).json()
+        config = json.loads(client.get_blob(parsed.repository, manifest["config"]["digest"]))
+        out[f"{config.get('os', 'linux')}/{config.get('architecture', '?')}"] = config
+    return out
+
+
+def labels(ref: str) -> dict[str, dict[str, str]]:
+    return {
+        platform: (config.get("config") or {}).get("Labels") or {} for platform, config in image_configs(ref).items()
+    }
+
+
+def raw(ref: str) -> dict:
+    return _manifest(ref).json()
+
+
+def registry_platforms(repo: str, digest: str) -> dict[str, tuple[str, int]]:
+    top = raw(f"{repo}@{digest}")
+    if "manifests" not in top:
+        size = top.get("config", {}).get("size", 0) + sum(layer.get("size", 0) for layer in top.get("layers", []))
+        return {"single": (digest, size)}
+    return platform_manifests(top, lambda d: raw(f"{repo}@{d}"))

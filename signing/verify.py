@@ -369,7 +369,7 @@ def registry_platform_digests(client: RegistryClient, repository: str, digest: s
     top = client.get_manifest(repository, digest)
     if not top.is_index:
         return {digest: "single"}
-    from ocicore.layout import is_attestation
+    from ocicore.media import is_attestation
 
     out = {}
     for child in top.json().get("manifests") or []:
@@ -395,11 +395,10 @@ def _archive_platform_digests(archive: Path, digest: str) -> dict[str, str]:
 
 
 def _archive_sbom(archive: Path, platform: str) -> bytes | None:
-    from xcforge.attest.attestations import attestation_dir
-    from xcforge.attest.sbom import file_name
+    from ocicore.layout import attestation_dir, sbom_file_name
 
     try:
-        return (attestation_dir(archive) / file_name(platform)).read_bytes()
+        return (attestation_dir(archive) / sbom_file_name(platform)).read_bytes()
     except OSError:
         return None
 

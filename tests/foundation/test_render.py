@@ -178,8 +178,8 @@ def test_render_check_detects_drift(tmp_path):
     render.write_or_check(matrix, targets, check=False)
     path = tmp_path / "images" / "cpu" / "Dockerfile"
     path.write_text(path.read_text() + "# hand edit\n")
-    statuses = {r.target: r.status for r in render.write_or_check(matrix, targets, check=True)}
-    assert statuses["cpu"] == "stale" and statuses["cuda"] == "ok"
+    statuses = {r.path.parent.name: r.status for r in render.write_or_check(matrix, targets, check=True)}
+    assert statuses["cpu"] == "stale" and statuses["cuda"] == "unchanged"
 
 
 def test_render_check_cli_passes_on_committed_tree():

@@ -27,11 +27,12 @@ from pathlib import Path
 import pytest
 from signing_helpers import openssl_verify_sm2_many
 
+from ocicore.layout import attestation_dir, sbom_file_name
 from ocicore.push import push_layout
 from ocicore.registry import OCI_MANIFEST, RegistryClient, canonical_json, sha256_digest
 from signing.attest import IN_TOTO_PAYLOAD_TYPE, attach_sbom, pae, sbom_tag
 from xcforge.attest import sbom
-from xcforge.attest.attestations import attestation_dir, write_attestations
+from xcforge.attest.attestations import write_attestations
 from xcforge.cli import main
 from xcforge.shell import DOCKER
 
@@ -255,7 +256,7 @@ def test_archive_attestations_offline(images, keys, tmp_path, capsys):
     capsys.readouterr()
     assert main(["sbom", "--archive", str(archive)]) == 0
     assert "xcforge-sbom-probe" not in capsys.readouterr().out  # the summary names only the key packages
-    sbom_file = attestation_dir(archive) / sbom.file_name("linux/amd64")
+    sbom_file = attestation_dir(archive) / sbom_file_name("linux/amd64")
     doc = json.loads(sbom_file.read_bytes())
     doc["components"].append({"type": "library", "name": "evil", "version": "1"})
     sbom_file.write_text(json.dumps(doc))

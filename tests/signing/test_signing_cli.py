@@ -111,7 +111,7 @@ def test_verify_target_reads_the_build_report(keys, registry, tmp_path, capsys):
     client = RegistryClient(registry.address)
     img = push_synthetic_image(client, "xcforge/vllm-cpu", index=True)
     result = BuildResult(
-        target="cpu", status="built", platforms=[], image_repo=img.name, digest=img.digest, output="registry"
+        target="cpu", status="built", platforms=[], image_repo=img.name, digest=img.digest, output="push"
     )
     write_reports([result], tmp_path / "dist")
     trusted = ["--sm2-key", str(keys / "sm2.pub")]

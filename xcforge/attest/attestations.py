@@ -20,12 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ocicore import layout as image_inspect
+from ocicore import layout, media
 from ocicore.errors import ConfigError
 from signing.attest import PROVENANCE_PREDICATES, SBOM_PREDICATE, statement
 from xcforge.attest import sbom
 
-PROVENANCE_SUFFIX = ".provenance.json"
 RECORD = "attestations.json"  # what was written, so a skipped (unchanged) build can sign it again
 
 
@@ -42,10 +41,6 @@ class PlatformAttestations:
 
     def as_dict(self) -> dict[str, Any]:
         return dict(vars(self))
-
-
-def attestation_dir(archive: Path) -> Path:
-    return archive.with_name(archive.name.removesuffix(".partial") + ".attestations")
 
 
 def _layer_cache_key(layer: dict) -> str:
@@ -78,7 +73,7 @@ def write_attestations(
 ) -> list[PlatformAttestations]:
     """SBOM and provenance of every platform in `archive` (an OCI-layout tar), written under `out`.
     With `cache` (a directory), each layer is read once: what it holds is kept by its digest."""
-    reader = image_inspect.OciArchive(archive)
+    reader = layout.OciArchive(archive)
     written = []
     try:
         with tarfile.open(archive) as tar:
@@ -87,12 +82,12 @@ def write_attestations(
                 inventory = sbom.inventory(sbom.merge_layers(layers), image.platform)
                 subject = sbom.Subject(repository, image.digest, image.platform, str(image.config.get("created", "")))
                 document = sbom.document(inventory, subject)
-                sbom_path = out / sbom.file_name(image.platform)
+                sbom_path = out / layout.sbom_file_name(image.platform)
                 sbom.write(sbom_path, document)
                 provenance_path, provenance_type = None, None
                 for predicate_type, statement in image.statements:
                     if predicate_type in PROVENANCE_PREDICATES:
-                        provenance_path = out / (image.platform.replace("/", "-") + PROVENANCE_SUFFIX)
+                        provenance_path = out / layout.provenance_file_name(image.platform)
                         sbom.write(provenance_path, statement)
                         provenance_type = predicate_type
                 written.append(
@@ -142,7 +137,7 @@ def statements(entry: PlatformAttestations | dict[str, Any], repository: str) ->
 
 def archive_statements(archive: Path, repository: str) -> dict[str, list[tuple[str, bytes]]]:
     """platform digest → statements, from what the build wrote beside `archive`."""
-    recorded = _recorded(attestation_dir(archive))
+    recorded = _recorded(layout.attestation_dir(archive))
     return {entry["digest"]: statements(entry, repository) for entry in recorded}
 
 
@@ -156,7 +151,7 @@ def registry_statements(client, repository: str, name: str, digest: str) -> dict
     platforms = []
     for child in children:
         annotations = child.get("annotations") or {}
-        if not image_inspect.is_attestation(child):
+        if not media.is_attestation(child):
             platforms.append(child["digest"])
             continue
         for layer in client.get_manifest(repository, child["digest"]).json().get("layers") or []:

@@ -35,9 +35,10 @@ from pathlib import Path
 from typing import IO, Any
 
 from ocicore.errors import ConfigError
+from ocicore.layout import SBOM_SUFFIX
 
 MEDIA_TYPE = "application/vnd.cyclonedx+json"
-SUFFIX = ".cdx.json"
+SUFFIX = SBOM_SUFFIX  # ocicore.layout names the side files
 
 _DPKG_STATUS = "var/lib/dpkg/status"
 _DPKG_STATUS_D = "var/lib/dpkg/status.d/"
@@ -474,11 +475,6 @@ def packages_of(data: bytes) -> set[tuple[str, str, str]]:
         props = {p.get("name"): p.get("value") for p in component.get("properties") or []}
         out.add((props.get("xcforge:ecosystem", ""), component.get("name", ""), component.get("version", "")))
     return out
-
-
-def file_name(platform: str) -> str:
-    """`linux/arm64` → `linux-arm64.cdx.json`."""
-    return platform.replace("/", "-") + SUFFIX
 
 
 def write(path: Path, data: bytes) -> None:

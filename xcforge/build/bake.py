@@ -20,7 +20,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from xcforge import generated
 from xcforge.config.matrix import Matrix, Target
+from xcforge.generated import Generated
 from xcforge.plan.render import REPO_ROOT, labels
 from xcforge.plan.verification import label_value, planned
 
@@ -190,22 +192,8 @@ def render_bake_file(matrix: Matrix) -> str:
     return header + "\n" + "\n\n".join(_hcl_block(b) for b in blocks) + "\n"
 
 
-@dataclass(frozen=True)
-class BakeDrift:
-    path: Path
-    status: str  # ok | stale | missing | written
-
-
-def write_or_check(matrix: Matrix, check: bool, path: Path | None = None) -> BakeDrift:
-    path = path or matrix.root / BAKE_FILE.name
-    text = render_bake_file(matrix)
-    current = path.read_text(encoding="utf-8") if path.exists() else None
-    if current == text:
-        return BakeDrift(path, "ok")
-    if check:
-        return BakeDrift(path, "missing" if current is None else "stale")
-    path.write_text(text, encoding="utf-8")
-    return BakeDrift(path, "written")
+def write_or_check(matrix: Matrix, check: bool, path: Path | None = None) -> Generated:
+    return generated.write_or_check(path or matrix.root / BAKE_FILE.name, render_bake_file(matrix), check=check)
 
 
 # --------------------------------------------------------------------------- one run's overrides

@@ -20,13 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote, urlsplit, urlunsplit
 
-from ocicore import layout as image_inspect
+from ocicore import layout, registry
 from ocicore.errors import BuildFailed, ConfigError, RegistryError, RenderError, XcforgeError
-from ocicore.layout import merge_archives
+from ocicore.layout import attestation_dir, merge_archives
 from ocicore.push import push_layout
 from ocicore.registry import RegistryClient, parse_reference
 from xcforge.attest import sbom
-from xcforge.attest.attestations import attestation_dir, load_recorded, write_attestations
+from xcforge.attest.attestations import load_recorded, write_attestations
 from xcforge.build import bake
 from xcforge.build.buildx import RETRYABLE, bake_command, failure_reason, node_platforms, run_bake, say
 from xcforge.build.engine_wheel import ensure_engine_wheel
@@ -34,7 +34,7 @@ from xcforge.build.fingerprint import build_fingerprint, hash_tree
 from xcforge.ci import actions as ci
 from xcforge.config.matrix import Matrix
 from xcforge.plan import deps
-from xcforge.plan.build_plan import BuildOptions, BuildPlan
+from xcforge.plan.build_plan import BuildOptions, BuildPlan, OutputMode
 from xcforge.plan.render import render_target
 from xcforge.report.results import BuildResult, PlatformResult, merge_into_report, print_table, write_reports
 from xcforge.shell import DOCKER, run
@@ -114,8 +114,8 @@ def _context_hashes(plan: BuildPlan, engine_hash: str) -> dict[str, str]:
 def _base_facts(plan: BuildPlan) -> tuple[str, str]:
     """(digest, real|stand-in) of the base as FROM will pull it."""
     try:
-        digest = plan.base_ref.split("@", 1)[1] if "@" in plan.base_ref else image_inspect.resolve_digest(plan.base_ref)
-        labels = image_inspect.labels(plan.base_ref)
+        digest = plan.base_ref.split("@", 1)[1] if "@" in plan.base_ref else registry.resolve_digest(plan.base_ref)
+        labels = registry.labels(plan.base_ref)
     except RegistryError as exc:
         raise BuildFailed(
             f"{plan.target.name}: base image {plan.base_ref} is not reachable ({exc.message.split(': ', 1)[-1]}); "
@@ -132,21 +132,21 @@ def _base_facts(plan: BuildPlan) -> tuple[str, str]:
 
 
 def _skip_if_unchanged(plan: BuildPlan, fingerprint: str, record_path: Path | None) -> BuildResult | None:
-    if plan.output == "push":
+    if plan.output is OutputMode.PUSH:
         ref = plan.refs[0]
-        if not image_inspect.exists(ref):
+        if not registry.exists(ref):
             return None
-        labels = image_inspect.labels(ref)
+        labels = registry.labels(ref)
         if not labels or any(lab.get(FINGERPRINT_LABEL) != fingerprint for lab in labels.values()):
             return None
-        digest = image_inspect.resolve_digest(ref)
-        platforms = image_inspect.registry_platforms(plan.image_repo, digest)
+        digest = registry.resolve_digest(ref)
+        platforms = registry.registry_platforms(plan.image_repo, digest)
         result = _result(plan, "skipped", digest=digest)
         result.platforms = [PlatformResult(p, d, s) for p, (d, s) in sorted(platforms.items())]
         result.refs = [ref]
         result.attestations = load_recorded(_attestation_dir(plan), {p.digest for p in result.platforms})
         return result
-    if plan.output == "archive" and record_path and record_path.exists() and plan.archive_path.exists():
+    if plan.output is OutputMode.ARCHIVE and record_path and record_path.exists() and plan.archive_path.exists():
         record = json.loads(record_path.read_text())
         if record.get("fingerprint") != fingerprint:
             return None
@@ -269,7 +269,7 @@ def _run_target(pending: _Pending, builder: str | None) -> bake.RunTarget:
     plan = pending.plan
     platforms, part = pending.parts[builder]
     cache_ref = None
-    if plan.output != "archive" and plan.site.registry_cache:
+    if plan.output.pushes and plan.site.registry_cache:
         cache_ref = f"{plan.image_repo.rsplit('/', 1)[0]}/{bake.cache_name(plan.target, platforms)}"
     return bake.RunTarget(
         name=plan.target.name,
@@ -295,7 +295,7 @@ def _outputs(pending: _Pending, builder: str | None, part: Path) -> tuple[str, .
 
 
 def _exports_to_engine(pending: _Pending, builder: str | None) -> bool:
-    return pending.plan.output == "archive" and builder is None and len(pending.parts) == 1
+    return not pending.plan.output.pushes and builder is None and len(pending.parts) == 1
 
 
 def output_spec(plan: BuildPlan, archive: Path) -> str:
@@ -338,7 +338,7 @@ def _bake_on(builder: str | None, pendings: list[_Pending], request: BuildReques
             return
         failed = [p for p in remaining if outcome.targets[p.plan.target.name].failed]
         tails = "\n".join(line for p in failed for line in list(outcome.targets[p.plan.target.name].tail)[-15:])
-        retryable = any(p.plan.output != "archive" for p in failed) and RETRYABLE.search(tails)
+        retryable = any(p.plan.output.pushes for p in failed) and RETRYABLE.search(tails)
         if retryable and attempt < REGISTRY_RETRIES:
             delay = 5 * 3 ** (attempt - 1)
             say(f"[{label}] registry error ({failure_reason(tails.splitlines())}); retrying in {delay} s")
@@ -454,7 +454,7 @@ def _attestation_dir(plan: BuildPlan) -> Path:
 def _finish(
     plan: BuildPlan, result: BuildResult, partial: Path, record_path: Path | None, *, loaded: bool = False
 ) -> None:
-    archive = image_inspect.OciArchive(partial)
+    archive = layout.OciArchive(partial)
     digest, _ = archive.top_index()
     result.digest = digest
     result.platforms = [PlatformResult(p, d, s) for p, (d, s) in sorted(archive.platforms().items())]
@@ -466,7 +466,7 @@ def _finish(
     for entry in written:
         say(f"[{plan.target.name}] SBOM {entry.platform}: {entry.components} components → {entry.sbom}")
     say(f"[{plan.target.name}] SBOMs and provenance written in {time.monotonic() - sbom_started:.1f} s")
-    if plan.output == "archive":
+    if not plan.output.pushes:
         assert plan.archive_path and record_path
         partial.replace(plan.archive_path)
         result.archive = str(plan.archive_path)
@@ -487,7 +487,7 @@ def _finish(
         push_layout(partial, plan.image_repo, plan.tags, progress=lambda m: say(f"[{plan.target.name}] {m}"))
         _attach_sboms(plan, result)
     result.refs = list(plan.refs)
-    if plan.output == "push-by-digest":
+    if plan.output is OutputMode.PUSH_BY_DIGEST:
         platform = plan.platforms[0]
         out = plan.archive_dir_for_digests()
         out.mkdir(parents=True, exist_ok=True)
@@ -560,7 +560,7 @@ def _prepare_sdists(matrix: Matrix, plan: BuildPlan) -> None:
 
 
 def _check_rendered(matrix: Matrix, plans: list[BuildPlan]) -> None:
-    if bake.write_or_check(matrix, check=True).status != "ok":
+    if bake.write_or_check(matrix, check=True).status != "unchanged":
         raise RenderError(
             f"{matrix.root / bake.BAKE_FILE.name}: out of date with matrix.yaml; "
             "run `python build.py render --all` (and commit) before building"
@@ -582,10 +582,10 @@ def merge_digests(matrix: Matrix, plan: BuildPlan, digests: list[str]) -> int:
     started = time.monotonic()
     sources = [f"{plan.image_repo}@{d}" for d in digests]
     _attach_tags(plan, digests[0], sources=sources, matrix=matrix)
-    digest = image_inspect.resolve_digest(plan.refs[0])
+    digest = registry.resolve_digest(plan.refs[0])
     result = _result(plan, "built", digest=digest)
     result.refs = list(plan.refs)
-    platforms = image_inspect.registry_platforms(plan.image_repo, digest)
+    platforms = registry.registry_platforms(plan.image_repo, digest)
     result.platforms = [PlatformResult(p, d, s) for p, (d, s) in sorted(platforms.items())]
     result.duration_s = time.monotonic() - started
     result.notes.append(f"index assembled from {len(digests)} platform digest(s)")

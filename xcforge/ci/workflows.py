@@ -23,7 +23,9 @@ from typing import Any
 import yaml
 
 from ocicore.errors import ConfigError
+from xcforge import generated
 from xcforge.config.matrix import Matrix, Target
+from xcforge.generated import Generated
 from xcforge.plan.build_plan import image_repository
 from xcforge.plan.render import REPO_ROOT
 
@@ -105,12 +107,6 @@ DEBIAN_MIRROR_DEFAULT = "http://deb.debian.org/debian"
 class GeneratedFile:
     path: Path
     text: str
-
-
-@dataclass(frozen=True)
-class FileStatus:
-    path: Path
-    status: str  # written | unchanged | stale | missing
 
 
 # --------------------------------------------------------------------------- small builders
@@ -872,17 +868,5 @@ def generate(matrix: Matrix, root: Path = REPO_ROOT) -> list[GeneratedFile]:
     ]
 
 
-def write_or_check(matrix: Matrix, root: Path = REPO_ROOT, *, check: bool = False) -> list[FileStatus]:
-    out = []
-    for generated in generate(matrix, root):
-        path = generated.path
-        current = path.read_text(encoding="utf-8") if path.exists() else None
-        if current == generated.text:
-            out.append(FileStatus(path, "unchanged"))
-        elif check:
-            out.append(FileStatus(path, "missing" if current is None else "stale"))
-        else:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(generated.text, encoding="utf-8")
-            out.append(FileStatus(path, "written"))
-    return out
+def write_or_check(matrix: Matrix, root: Path = REPO_ROOT, *, check: bool = False) -> list[Generated]:
+    return [generated.write_or_check(f.path, f.text, check=check) for f in generate(matrix, root)]

@@ -4,17 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Protocol
 
 from ocicore.errors import RenderError
+from xcforge.generated import Generated
 
 
-class DriftResult(Protocol):
-    path: Path
-    status: str  # ok | unchanged | written | stale | missing
-
-
-def report_drift(results: Iterable[DriftResult], *, what: str, fix: str, root: Path | None = None) -> int:
+def report_drift(results: Iterable[Generated], *, what: str, fix: str, root: Path | None = None) -> int:
     """Print one line per file; raise RenderError (exit 4) naming the stale ones and the fix."""
     results = list(results)
     for result in results:

@@ -47,7 +47,7 @@ def _documents(args: argparse.Namespace) -> list[tuple[str, bytes]]:
 
 
 def _archive_documents(archive: Path) -> list[tuple[str, bytes]]:
-    from xcforge.attest.attestations import attestation_dir
+    from ocicore.layout import attestation_dir
 
     if not archive.is_file():
         raise ConfigError(f"sbom --archive {archive}: not a file; give the .oci.tar a build wrote")

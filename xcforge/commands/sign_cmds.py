@@ -9,16 +9,13 @@ CI secrets arrive.
 from __future__ import annotations
 
 import argparse
-import getpass
 import os
-import sys
 from pathlib import Path
 
-from ocicore.errors import ConfigError, SigningError, VerificationFailed
+from ocicore.errors import ConfigError, VerificationFailed
 from xcforge.commands._paths import blocking_file
+from xcforge.sign import keys
 
-SM2_KEY_ENV, COSIGN_KEY_ENV = "XCFORGE_SM2_KEY", "XCFORGE_COSIGN_KEY"
-SM2_PASSWORD_ENV, COSIGN_PASSWORD_ENV = "XCFORGE_SM2_PASSWORD", "XCFORGE_COSIGN_PASSWORD"
 AUDIT_ENV = "XCFORGE_AUDIT_LOG"
 DEFAULT_KEY_DIR = Path(".xcforge/keys")  # ignored by git, so a key is never committed by accident
 
@@ -37,8 +34,8 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
 
     sign = subparsers.add_parser("sign", parents=parents, help="sign IMAGE@DIGEST (digests only, never tags)")
     sign.add_argument("image", metavar="IMAGE@DIGEST")
-    sign.add_argument("--sm2-key", type=Path, help=f"SM2 private key (or PEM in ${SM2_KEY_ENV})")
-    sign.add_argument("--cosign-key", type=Path, help=f"cosign private key (or PEM in ${COSIGN_KEY_ENV})")
+    sign.add_argument("--sm2-key", type=Path, help=f"SM2 private key (or PEM in ${keys.SM2_KEY_ENV})")
+    sign.add_argument("--cosign-key", type=Path, help=f"cosign private key (or PEM in ${keys.COSIGN_KEY_ENV})")
     sign.add_argument("--keyless", action="store_true", help="also sign keyless with Sigstore (CI OIDC token)")
     sign.add_argument("--sm2-distid", default="1234567812345678", help="SM2 distinguishing ID (GB/T 32918 default)")
     sign.add_argument("-a", "--annotation", action="append", default=[], metavar="KEY=VALUE", help="payload claim")
@@ -155,44 +152,6 @@ def _audit(args: argparse.Namespace):
 # ------------------------------------------------------------------------------------------ secrets
 
 
-def _password(env: str, what: str, *, confirm: bool = False) -> str | None:
-    value = os.environ.get(env)
-    if value is not None:
-        return value
-    if not sys.stdin.isatty():
-        return None
-    first = getpass.getpass(f"password for {what}: ")
-    if confirm and getpass.getpass(f"again, password for {what}: ") != first:
-        raise ConfigError("the passwords did not match")
-    return first
-
-
-def _key_bytes(path: Path | None, env: str, what: str) -> tuple[bytes, str] | None:
-    if path is not None:
-        try:
-            return path.read_bytes(), str(path)
-        except OSError as exc:
-            raise ConfigError(f"cannot read {what} {path}: {exc.strerror}") from exc
-    pem = os.environ.get(env)
-    if pem:
-        _not_a_path(pem, env, what)
-        return pem.encode(), f"${env}"
-    return None
-
-
-def _not_a_path(value: str, env: str, what: str) -> None:
-    if (
-        "-----BEGIN" not in value
-        and "\n" not in value.strip()
-        and (Path(value).exists() or value.startswith(("/", ".")))
-    ):
-        flag = "--sm2-key" if "SM2" in env else "--cosign-key"
-        raise SigningError(
-            f"${env} holds a path ({value[:80]}), not the {what}'s PEM text; pass the file with {flag} FILE "
-            f"or put the PEM itself in ${env}"
-        )
-
-
 def _require_password(password: str | None, env: str, no_password: bool) -> None:
     """Only --no-password writes a key without a password: an empty variable or answer is refused."""
     if no_password:
@@ -204,78 +163,6 @@ def _require_password(password: str | None, env: str, no_password: bool) -> None
             f"{env} is empty: that would write an unencrypted private key; set a password, or pass "
             "--no-password if an unencrypted key is what you want"
         )
-
-
-def _is_encrypted(data: bytes) -> bool:
-    return b"ENCRYPTED" in data[:200] or b"Proc-Type: 4,ENCRYPTED" in data
-
-
-def load_sm2_signing_key(path: Path | None):
-    found = _key_bytes(path, SM2_KEY_ENV, "SM2 key")
-    return None if found is None else _sm2_private(*found)
-
-
-def _sm2_private(data: bytes, source: str):
-    from signing.sm2_keys import load_sm2_private_key
-
-    password = None
-    if _is_encrypted(data):
-        password = _password(SM2_PASSWORD_ENV, f"SM2 key {source}")
-        if password is None:
-            raise SigningError(f"{source} is encrypted: set {SM2_PASSWORD_ENV} (no terminal to ask on)")
-    return load_sm2_private_key(data, password, source=source)
-
-
-def load_cosign_signing_key(path: Path | None):
-    found = _key_bytes(path, COSIGN_KEY_ENV, "cosign key")
-    return None if found is None else _cosign_private(*found)
-
-
-def _cosign_private(data: bytes, source: str):
-    from signing.cosign_keys import SIGSTORE_LABELS, load_cosign_private_key
-
-    password = None
-    sealed = any(label.encode() in data for label in SIGSTORE_LABELS)
-    if _is_encrypted(data):
-        password = _password(COSIGN_PASSWORD_ENV, f"cosign key {source}")
-        # cosign lets a key be sealed with an empty password (keygen --no-password); try that before
-        # giving up, also when the password variable holds something else (it belongs to another key).
-        if password is None and sealed:
-            password = ""
-        if password is None:
-            raise SigningError(f"{source} is encrypted: set {COSIGN_PASSWORD_ENV} (no terminal to ask on)")
-    try:
-        return load_cosign_private_key(data, password, source=source)
-    except SigningError:
-        if not (sealed and password):
-            raise
-        return load_cosign_private_key(data, "", source=source)
-
-
-def _public_keys(paths: list[Path], env: str, scheme: str) -> list:
-    from signing.cosign_keys import load_cosign_public_key
-    from signing.sm2_keys import load_sm2_public_key
-
-    flag = "--sm2-key" if scheme == "sm2" else "--cosign-key"
-    blobs = []
-    for path in paths:
-        try:
-            blobs.append((path.read_bytes(), str(path)))
-        except OSError as exc:
-            raise ConfigError(f"{flag} {path}: {exc.strerror or exc}; give a {scheme} public key file (PEM)") from None
-    if not blobs and os.environ.get(env):
-        _not_a_path(os.environ[env], env, f"{scheme} key")
-        blobs = [(os.environ[env].encode(), f"${env}")]
-    keys = []
-    for data, source in blobs:
-        if b"PRIVATE KEY" in data:  # a private key given (file or variable): trust its own public half
-            loaded = _sm2_private(data, source) if scheme == "sm2" else _cosign_private(data, source)
-            keys.append(loaded.public_key)
-        elif scheme == "sm2":
-            keys.append(load_sm2_public_key(data, source=source))
-        else:
-            keys.append(load_cosign_public_key(data, source=source))
-    return keys
 
 
 def _write_private(path: Path, data: bytes, force: bool) -> None:
@@ -309,11 +196,11 @@ def run_keygen(args: argparse.Namespace) -> int:
     _check_directory(args.out, "keygen --out")
     # Every input is checked before the first file is written: no half-made key set.
     audit = _audit(args)
-    wanted = [("sm2", SM2_PASSWORD_ENV, "the new SM2 key")] if args.sm2 else []
-    wanted += [("cosign", COSIGN_PASSWORD_ENV, "the new cosign key")] if args.cosign else []
+    wanted = [("sm2", keys.SM2_PASSWORD_ENV, "the new SM2 key")] if args.sm2 else []
+    wanted += [("cosign", keys.COSIGN_PASSWORD_ENV, "the new cosign key")] if args.cosign else []
     passwords = {}
     for scheme, env, what in wanted:
-        password = None if args.no_password else _password(env, what, confirm=True)
+        password = None if args.no_password else keys.ask_password(env, what, confirm=True)
         _require_password(password, env, args.no_password)
         passwords[scheme] = password
         for name in (f"{scheme}.key", f"{scheme}.pub"):
@@ -361,11 +248,11 @@ def run_sign(args: argparse.Namespace) -> int:
             f"sign takes a digest, not a tag: {args.image} → use {ref.name}@sha256:... "
             "(a tag can move between the build and the signature)"
         )
-    sm2_key = load_sm2_signing_key(args.sm2_key)
-    cosign_key = load_cosign_signing_key(args.cosign_key)
+    sm2_key = keys.load_sm2_signing_key(args.sm2_key)
+    cosign_key = keys.load_cosign_signing_key(args.cosign_key)
     if sm2_key is None and cosign_key is None and not args.keyless:
         raise ConfigError(
-            f"sign: give --sm2-key and/or --cosign-key (or ${SM2_KEY_ENV} / ${COSIGN_KEY_ENV}), or --keyless"
+            f"sign: give --sm2-key and/or --cosign-key (or ${keys.SM2_KEY_ENV} / ${keys.COSIGN_KEY_ENV}), or --keyless"
         )
     audit = _audit(args)
     dist_id = args.sm2_distid.encode("utf-8")
@@ -439,7 +326,7 @@ def _target_reference(args: argparse.Namespace) -> tuple[str, Path | None]:
             f"no built digest for target {args.target!r} in {args.report / 'report.json'}; build it first"
         )
     result = matches[-1]
-    archive = Path(result.archive) if result.output == "archive" and result.archive else None
+    archive = Path(result.archive) if not result.output.pushes and result.archive else None
     return f"{result.image_repo}@{result.digest}", archive
 
 
@@ -450,8 +337,8 @@ def run_verify(args: argparse.Namespace) -> int:
     if bool(args.image) == bool(args.target):
         raise ConfigError("verify: give IMAGE@DIGEST or --target NAME (one of them)")
     image, archive = (args.image, args.archive) if args.image else _target_reference(args)
-    sm2_keys = _public_keys(args.sm2_key, SM2_KEY_ENV, "sm2")
-    cosign_keys = _public_keys(args.cosign_key, COSIGN_KEY_ENV, "cosign")
+    sm2_keys = keys.public_keys(args.sm2_key, keys.SM2_KEY_ENV, "sm2")
+    cosign_keys = keys.public_keys(args.cosign_key, keys.COSIGN_KEY_ENV, "cosign")
     require = [s.strip() for s in args.require.split(",") if s.strip()] if args.require else None
     options = {
         "allowed_identities": args.allow_identity,
@@ -494,8 +381,8 @@ def run_promote(args: argparse.Namespace) -> int:
     result = promote(
         args.source,
         args.target,
-        sm2_key=load_sm2_signing_key(args.sm2_key) if args.sm2_key else None,
-        cosign_key=load_cosign_signing_key(args.cosign_key) if args.cosign_key else None,
+        sm2_key=keys.load_sm2_signing_key(args.sm2_key) if args.sm2_key else None,
+        cosign_key=keys.load_cosign_signing_key(args.cosign_key) if args.cosign_key else None,
         audit=_audit(args),
         insecure=args.insecure,
     )
@@ -521,7 +408,7 @@ def run_audit_verify(args: argparse.Namespace) -> int:
         if not sep or not count.isdigit():
             raise ConfigError("--expect-head takes COUNT:HASH")
         expected = AuditHead(int(count), last_hash)
-    public = _public_keys([args.sm2_key], SM2_KEY_ENV, "sm2")[0] if args.sm2_key else None
+    public = keys.public_keys([args.sm2_key], keys.SM2_KEY_ENV, "sm2")[0] if args.sm2_key else None
     result = verify_audit_log(path, expected_head=expected, sm2_public=public)
     if not result.ok:
         raise VerificationFailed(f"audit log {path}: {result.problem}")
@@ -548,9 +435,9 @@ def run_audit_action(args: argparse.Namespace) -> int:
     if args.audit_action != "checkpoint" and not log.path.exists():
         raise ConfigError(f"audit {args.audit_action}: {log.path} does not exist")
     if args.audit_action == "checkpoint":
-        key = load_sm2_signing_key(args.sm2_key)
+        key = keys.load_sm2_signing_key(args.sm2_key)
         if key is None:
-            raise ConfigError(f"audit checkpoint needs an SM2 private key: --sm2-key FILE or ${SM2_KEY_ENV}")
+            raise ConfigError(f"audit checkpoint needs an SM2 private key: --sm2-key FILE or ${keys.SM2_KEY_ENV}")
         entry = log.checkpoint(key)
         print(f"checkpoint at entry {entry['seq']}: head {entry['prev']} signed by SM2 key {key.public_key.short_id}")
     elif args.audit_action == "rotate":

@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError(
                 f"{args.dist}/report.json has no build of '{target.name}'; build it first or pass --image REPO@DIGEST"
             )
-        ref = record.refs[0] if record.output == "archive" else f"{record.image_repo}@{record.digest}"
+        ref = f"{record.image_repo}@{record.digest}" if record.output.pushes else record.refs[0]
         platforms = tuple(args.platform) or tuple(p.platform for p in record.platforms)
         engine_install = record.engine_install
         archive = Path(record.archive) if record.archive else None

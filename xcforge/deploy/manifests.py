@@ -22,6 +22,7 @@ import yaml
 from ocicore.errors import ConfigError, VerificationFailed
 from xcforge import __version__
 from xcforge.config.matrix import Matrix, Target
+from xcforge.generated import Generated, remove_or_check, write_or_check
 from xcforge.plan.build_plan import image_repository
 from xcforge.plan.render import REPO_ROOT
 
@@ -463,12 +464,6 @@ def verify_before_deploy(
 # --------------------------------------------------------------------------- committed examples
 
 
-@dataclass(frozen=True)
-class ExampleStatus:
-    path: Path
-    status: str  # written | unchanged | stale | missing
-
-
 def example_image(target: Target) -> ImageRef:
     return ImageRef(image_repository(target, EXAMPLE_REGISTRY), EXAMPLE_DIGEST)
 
@@ -514,7 +509,7 @@ def _replace_section(text: str, section: str, path: Path) -> str:
     return text[:start] + section + text[end + len(DOC_END) :]
 
 
-def write_or_check_examples(matrix: Matrix, root: Path = REPO_ROOT, *, check: bool = False) -> list[ExampleStatus]:
+def write_or_check_examples(matrix: Matrix, root: Path = REPO_ROOT, *, check: bool = False) -> list[Generated]:
     wanted: dict[Path, str] = {}
     examples = root / "deploy" / "examples"
     for name, target in matrix.targets.items():
@@ -523,24 +518,10 @@ def write_or_check_examples(matrix: Matrix, root: Path = REPO_ROOT, *, check: bo
     current_doc = doc.read_text(encoding="utf-8") if doc.exists() else None
     if current_doc is not None:
         wanted[doc] = _replace_section(current_doc, operators_section(matrix), doc)
-    out: list[ExampleStatus] = []
-    for path, text in wanted.items():
-        current = path.read_text(encoding="utf-8") if path.exists() else None
-        if current == text:
-            out.append(ExampleStatus(path, "unchanged"))
-        elif check:
-            out.append(ExampleStatus(path, "missing" if current is None else "stale"))
-        else:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text, encoding="utf-8")
-            out.append(ExampleStatus(path, "written"))
+    out = [write_or_check(path, text, check=check) for path, text in wanted.items()]
     if current_doc is None:
-        out.append(ExampleStatus(doc, "missing"))
+        out.append(Generated(doc, "missing"))
     # Examples of targets no longer in the matrix are stale too.
     if examples.is_dir():
-        for path in sorted(examples.glob("*.yaml")):
-            if path not in wanted:
-                if not check:
-                    path.unlink()
-                out.append(ExampleStatus(path, "stale" if check else "removed"))
+        out += [remove_or_check(path, check=check) for path in sorted(examples.glob("*.yaml")) if path not in wanted]
     return out

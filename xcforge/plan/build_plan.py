@@ -11,6 +11,7 @@ import datetime as dt
 import re
 import subprocess
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Literal
 
@@ -23,7 +24,24 @@ from xcforge.config.site import REGISTRY_PREFIX_RE, SiteConfig
 from xcforge.plan.render import REPO_ROOT
 from xcforge.plan.verification import PlatformVerification, label_value, planned
 
-OutputMode = Literal["archive", "push", "push-by-digest"]
+
+class OutputMode(StrEnum):
+    """Where a build's image goes. Every mode writes the OCI archive first; the pushing modes then
+    upload it (tags last), and the split CI mode pushes by digest only, for `merge` to tag."""
+
+    ARCHIVE = "archive"  # dist/<target>-<version>-<variant>.oci.tar, loaded into the local engine
+    PUSH = "push"  # the archive pushed by digest to --registry, then tagged
+    PUSH_BY_DIGEST = "push-by-digest"  # one platform, untagged; `merge` assembles the index
+
+    @property
+    def pushes(self) -> bool:
+        return self is not OutputMode.ARCHIVE
+
+    @property
+    def tagged(self) -> bool:
+        return self is not OutputMode.PUSH_BY_DIGEST
+
+
 EngineInstall = Literal["full", "skip"]
 
 DIST_DIR = REPO_ROOT / "dist"
@@ -230,9 +248,13 @@ def make_plan(matrix: Matrix, target: Target, site: SiteConfig, options: BuildOp
 
     engine_version = matrix.engine_version(target)
     revision = options.revision or git_revision()
-    output: OutputMode = "push-by-digest" if options.push_by_digest else ("push" if options.push else "archive")
-    repo = image_repository(target, registry if output != "archive" else None)
-    tags = () if output == "push-by-digest" else tags_for(matrix, target, revision)
+    output = (
+        OutputMode.PUSH_BY_DIGEST
+        if options.push_by_digest
+        else (OutputMode.PUSH if options.push else OutputMode.ARCHIVE)
+    )
+    repo = image_repository(target, registry if output.pushes else None)
+    tags = tags_for(matrix, target, revision) if output.tagged else ()
 
     base_ref = site.map_image(target.base.image)
     if target.base.digest:
@@ -304,7 +326,7 @@ def make_plan(matrix: Matrix, target: Target, site: SiteConfig, options: BuildOp
     )
     build_args["XCFORGE_VERIFICATION"] = label_value(verification)
     archive = None
-    if output == "archive":
+    if output is OutputMode.ARCHIVE:
         archive = options.dist_dir / f"{target.name}-{engine_version}-{target.variant}.oci.tar"
     return BuildPlan(
         target=target,

@@ -15,7 +15,9 @@ from pathlib import Path
 import jinja2
 
 from ocicore.errors import RenderError
+from xcforge import generated
 from xcforge.config.matrix import Matrix, Target
+from xcforge.generated import Generated
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -239,25 +241,9 @@ def _tidy(text: str) -> str:
     return text.strip("\n") + "\n"
 
 
-@dataclass(frozen=True)
-class DriftResult:
-    target: str
-    path: Path
-    status: str  # "ok", "stale", "missing", "written"
-
-
-def write_or_check(matrix: Matrix, targets: list[Target], check: bool) -> list[DriftResult]:
+def write_or_check(matrix: Matrix, targets: list[Target], check: bool) -> list[Generated]:
     results = []
     for target in targets:
         rendered = render_target(matrix, target)
-        current = rendered.path.read_text(encoding="utf-8") if rendered.path.exists() else None
-        if check:
-            status = "ok" if current == rendered.text else ("missing" if current is None else "stale")
-        elif current == rendered.text:
-            status = "ok"
-        else:
-            rendered.path.parent.mkdir(parents=True, exist_ok=True)
-            rendered.path.write_text(rendered.text, encoding="utf-8")
-            status = "written"
-        results.append(DriftResult(target=target.name, path=rendered.path, status=status))
+        results.append(generated.write_or_check(rendered.path, rendered.text, check=check))
     return results

@@ -27,14 +27,12 @@ import shutil
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from ocicore.errors import ConfigError, EnvironmentProblem, RegistryError, XcforgeError
-from ocicore.registry import DOCKER_HUB, Reference
+from ocicore.registry import DOCKER_HUB, Reference, RegistryClient, RegistryNotFound, parse_reference
 from xcforge.provision.progress import Progress
 from xcforge.shell import DOCKER, run
 
@@ -125,16 +123,6 @@ class Layout:
                 f'export XCFORGE_STANDIN_SOURCED="${{XCFORGE_STANDIN_SOURCED:+$XCFORGE_STANDIN_SOURCED:}}{path}"\n'
             )
             os.utime(stub, (0, 0))  # the same layer digest every time it is rebuilt
-
-
-_INDEX_TYPES = (
-    "application/vnd.oci.image.index.v1+json",
-    "application/vnd.docker.distribution.manifest.list.v2+json",
-)
-_MANIFEST_TYPES = (
-    "application/vnd.oci.image.manifest.v1+json",
-    "application/vnd.docker.distribution.manifest.v2+json",
-)
 
 
 @dataclass(frozen=True)
@@ -411,56 +399,34 @@ class RegistryImage:
     labels: dict[str, str]
 
 
-# The registry is on loopback: an http_proxy from the environment must not see these requests.
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-
-
-def _registry_get(url: str, accept: Sequence[str]) -> tuple[bytes, str] | None:
-    request = urllib.request.Request(url, headers={"Accept": ", ".join(accept)})
-    try:
-        with _OPENER.open(request, timeout=30) as response:
-            return response.read(), response.headers.get("Content-Type", "")
-    except urllib.error.HTTPError as exc:
-        if exc.code == 404:
-            return None
-        raise RegistryError(f"GET {url} answered {exc.code} {exc.reason}") from exc
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise RegistryError(
-            f"registry at {url.split('/v2/')[0]} is not reachable ({reason}); run scripts/provision.sh"
-        ) from exc
-
-
 def inspect_registry_image(ref: str) -> RegistryImage | None:
-    """Read a pushed image over the registry's HTTP API (plain http: the registry is on loopback)."""
-    registry, _, rest = ref.partition("/")
-    repo, _, tag = rest.rpartition(":")
-    base = f"http://{registry}/v2/{repo}"
-    found = _registry_get(f"{base}/manifests/{tag}", (*_INDEX_TYPES, *_MANIFEST_TYPES))
-    if found is None:
-        return None
-    body, content_type = found
-    document = json.loads(body)
-    media_type = document.get("mediaType") or content_type
-    platforms: dict[str, str] = {}
-    if media_type in _INDEX_TYPES:
-        for entry in document.get("manifests", []):
-            plat = entry.get("platform", {})
-            if plat.get("os") and plat.get("os") != "unknown":
-                platforms[f"{plat['os']}/{plat['architecture']}"] = entry["digest"]
-        if not platforms:
-            return RegistryImage(platforms=frozenset(), labels={})
-        manifest = _registry_get(f"{base}/manifests/{next(iter(platforms.values()))}", _MANIFEST_TYPES)
-        if manifest is None:
+    """A pushed stand-in's platforms and labels (None when it is not there), through the registry
+    client every stage uses."""
+    parsed = parse_reference(ref)
+    client = RegistryClient(parsed.registry, retries=1)
+    try:
+        try:
+            top = client.get_manifest(parsed.repository, parsed.reference)
+        except RegistryNotFound:
             return None
-        document = json.loads(manifest[0])
-    config = _registry_get(f"{base}/blobs/{document['config']['digest']}", ("*/*",))
-    if config is None:
-        return None
-    config_doc = json.loads(config[0])
+        platforms: dict[str, str] = {}
+        document = top.json()
+        if top.is_index:
+            for entry in document.get("manifests", []):
+                plat = entry.get("platform", {})
+                if plat.get("os") and plat.get("os") != "unknown":
+                    platforms[f"{plat['os']}/{plat['architecture']}"] = entry["digest"]
+            if not platforms:
+                return RegistryImage(platforms=frozenset(), labels={})
+            document = client.get_manifest(parsed.repository, next(iter(platforms.values()))).json()
+        config = json.loads(client.get_blob(parsed.repository, document["config"]["digest"]))
+    except RegistryError as exc:
+        raise RegistryError(
+            f"registry at {parsed.registry} is not usable ({exc.message}); run scripts/provision.sh"
+        ) from None
     if not platforms:
-        platforms[f"{config_doc.get('os')}/{config_doc.get('architecture')}"] = ""
-    labels = (config_doc.get("config") or {}).get("Labels") or {}
+        platforms[f"{config.get('os')}/{config.get('architecture')}"] = ""
+    labels = (config.get("config") or {}).get("Labels") or {}
     return RegistryImage(platforms=frozenset(platforms), labels=labels)
 
 

@@ -17,6 +17,7 @@ from rich.table import Table
 
 from ocicore.errors import ConfigError
 from xcforge.ci import actions as ci
+from xcforge.plan.build_plan import OutputMode
 from xcforge.plan.verification import higher
 
 REPORT_SCHEMA = 1
@@ -39,7 +40,7 @@ class BuildResult:
     image_repo: str
     refs: list[str] = field(default_factory=list)
     digest: str | None = None  # the index (or the single platform manifest in split mode)
-    output: str = "archive"
+    output: OutputMode = OutputMode.ARCHIVE
     archive: str | None = None
     base: str = ""
     base_digest: str | None = None
@@ -59,6 +60,9 @@ class BuildResult:
     notes: list[str] = field(default_factory=list)
     # Per platform: {platform, level, lock, skipped} (xcforge/plan/verification.py); smoke raises levels.
     verification: list[dict[str, Any]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.output = OutputMode(self.output)  # report.json holds the value
 
     def raise_level(self, platform: str, level: str) -> None:
         for entry in self.verification:

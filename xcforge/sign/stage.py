@@ -27,7 +27,7 @@ def record_builds(results: list[BuildResult], dist: Path) -> None:
     """One audit entry per build and push: who, when, what digest, result (nothing secret)."""
     log = audit_log(dist)
     for result in results:
-        action = "push" if result.output != "archive" else "build"
+        action = "push" if result.output.pushes else "build"
         log.record(
             action,
             digest=result.digest or "",
@@ -39,7 +39,7 @@ def record_builds(results: list[BuildResult], dist: Path) -> None:
 
 def sign_results(results: list[BuildResult], request) -> bool:
     from signing.sign import sign_archive, sign_digest
-    from xcforge.commands.sign_cmds import load_cosign_signing_key, load_sm2_signing_key
+    from xcforge.sign.keys import load_cosign_signing_key, load_sm2_signing_key
 
     sm2_key = load_sm2_signing_key(request.sm2_key)
     cosign_key = load_cosign_signing_key(request.cosign_key)
@@ -53,7 +53,7 @@ def sign_results(results: list[BuildResult], request) -> bool:
         digests = [result.digest] + [p.digest for p in result.platforms if p.digest and p.digest != result.digest]
         try:
             for digest in digests:
-                if result.output == "archive":
+                if not result.output.pushes:
                     records = sign_archive(
                         result.archive, result.image_repo, digest, sm2_key=sm2_key, cosign_key=cosign_key, audit=audit
                     )
@@ -74,7 +74,7 @@ def sign_results(results: list[BuildResult], request) -> bool:
                         }
                     )
             _attest_result(result, sm2_key, cosign_key, audit)
-            if request.keyless and result.output != "archive":
+            if request.keyless and result.output.pushes:
                 from signing.keyless import sign_keyless
 
                 keyless = sign_keyless(result.image_repo, result.digest)
@@ -99,7 +99,7 @@ def _attest_result(result: BuildResult, sm2_key, cosign_key, audit) -> None:
         result.notes.append("no SBOM/provenance recorded for this build (rebuild with --force to attest it)")
         return
     for entry in result.attestations:
-        where = {"archive": result.archive} if result.output == "archive" else {"repo": result.image_repo}
+        where = {"repo": result.image_repo} if result.output.pushes else {"archive": result.archive}
         records = attest(
             statements(entry, result.image_repo),
             entry["digest"],

@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ocicore import layout as image_inspect
+from ocicore import layout, registry
 from xcforge.config.matrix import Target
 from xcforge.plan.render import REPO_ROOT
 from xcforge.shell import run
@@ -92,8 +92,8 @@ def _say(message: str) -> None:
 
 def _configs(subject: SmokeSubject) -> dict[str, dict]:
     if subject.archive:
-        return image_inspect.OciArchive(subject.archive).configs()
-    return image_inspect.image_configs(subject.ref)
+        return layout.OciArchive(subject.archive).configs()
+    return registry.image_configs(subject.ref)
 
 
 def check_metadata(subject: SmokeSubject, config: dict, platform: str) -> list[SmokeCheck]:
@@ -578,7 +578,7 @@ def smoke_results(results, request) -> bool:
         if result.error or not result.digest:
             continue
         target = request.matrix.targets[result.target]
-        ref = result.refs[0] if result.output == "archive" else f"{result.image_repo}@{result.digest}"
+        ref = f"{result.image_repo}@{result.digest}" if result.output.pushes else result.refs[0]
         subject = SmokeSubject(
             target=target,
             ref=ref,

@@ -1,0 +1,126 @@
+"""Signing keys from files or the environment, for every stage that signs or verifies (not only the
+CLI): PEM text in XCFORGE_SM2_KEY / XCFORGE_COSIGN_KEY, passwords in XCFORGE_*_PASSWORD or asked on
+a terminal. Key material stays in memory; nothing here logs or writes it.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import sys
+from pathlib import Path
+
+from ocicore.errors import ConfigError, SigningError
+
+SM2_KEY_ENV, COSIGN_KEY_ENV = "XCFORGE_SM2_KEY", "XCFORGE_COSIGN_KEY"
+SM2_PASSWORD_ENV, COSIGN_PASSWORD_ENV = "XCFORGE_SM2_PASSWORD", "XCFORGE_COSIGN_PASSWORD"
+
+
+def ask_password(env: str, what: str, *, confirm: bool = False) -> str | None:
+    value = os.environ.get(env)
+    if value is not None:
+        return value
+    if not sys.stdin.isatty():
+        return None
+    first = getpass.getpass(f"password for {what}: ")
+    if confirm and getpass.getpass(f"again, password for {what}: ") != first:
+        raise ConfigError("the passwords did not match")
+    return first
+
+
+def _key_bytes(path: Path | None, env: str, what: str) -> tuple[bytes, str] | None:
+    if path is not None:
+        try:
+            return path.read_bytes(), str(path)
+        except OSError as exc:
+            raise ConfigError(f"cannot read {what} {path}: {exc.strerror}") from exc
+    pem = os.environ.get(env)
+    if pem:
+        not_a_path(pem, env, what)
+        return pem.encode(), f"${env}"
+    return None
+
+
+def not_a_path(value: str, env: str, what: str) -> None:
+    if (
+        "-----BEGIN" not in value
+        and "\n" not in value.strip()
+        and (Path(value).exists() or value.startswith(("/", ".")))
+    ):
+        flag = "--sm2-key" if "SM2" in env else "--cosign-key"
+        raise SigningError(
+            f"${env} holds a path ({value[:80]}), not the {what}'s PEM text; pass the file with {flag} FILE "
+            f"or put the PEM itself in ${env}"
+        )
+
+
+def is_encrypted(data: bytes) -> bool:
+    return b"ENCRYPTED" in data[:200] or b"Proc-Type: 4,ENCRYPTED" in data
+
+
+def load_sm2_signing_key(path: Path | None):
+    found = _key_bytes(path, SM2_KEY_ENV, "SM2 key")
+    return None if found is None else _sm2_private(*found)
+
+
+def _sm2_private(data: bytes, source: str):
+    from signing.sm2_keys import load_sm2_private_key
+
+    password = None
+    if is_encrypted(data):
+        password = ask_password(SM2_PASSWORD_ENV, f"SM2 key {source}")
+        if password is None:
+            raise SigningError(f"{source} is encrypted: set {SM2_PASSWORD_ENV} (no terminal to ask on)")
+    return load_sm2_private_key(data, password, source=source)
+
+
+def load_cosign_signing_key(path: Path | None):
+    found = _key_bytes(path, COSIGN_KEY_ENV, "cosign key")
+    return None if found is None else _cosign_private(*found)
+
+
+def _cosign_private(data: bytes, source: str):
+    from signing.cosign_keys import SIGSTORE_LABELS, load_cosign_private_key
+
+    password = None
+    sealed = any(label.encode() in data for label in SIGSTORE_LABELS)
+    if is_encrypted(data):
+        password = ask_password(COSIGN_PASSWORD_ENV, f"cosign key {source}")
+        # cosign lets a key be sealed with an empty password (keygen --no-password); try that before
+        # giving up, also when the password variable holds something else (it belongs to another key).
+        if password is None and sealed:
+            password = ""
+        if password is None:
+            raise SigningError(f"{source} is encrypted: set {COSIGN_PASSWORD_ENV} (no terminal to ask on)")
+    try:
+        return load_cosign_private_key(data, password, source=source)
+    except SigningError:
+        if not (sealed and password):
+            raise
+        return load_cosign_private_key(data, "", source=source)
+
+
+def public_keys(paths: list[Path], env: str, scheme: str) -> list:
+    from signing.cosign_keys import load_cosign_public_key
+    from signing.sm2_keys import load_sm2_public_key
+
+    flag = "--sm2-key" if scheme == "sm2" else "--cosign-key"
+    blobs = []
+    for path in paths:
+        try:
+            blobs.append((path.read_bytes(), str(path)))
+        except OSError as exc:
+            raise ConfigError(f"{flag} {path}: {exc.strerror or exc}; give a {scheme} public key file (PEM)") from None
+    if not blobs and os.environ.get(env):
+        not_a_path(os.environ[env], env, f"{scheme} key")
+        blobs = [(os.environ[env].encode(), f"${env}")]
+    keys = []
+    for data, source in blobs:
+        if b"PRIVATE KEY" in data:  # a private key given (file or variable): trust its own public half
+            loaded = _sm2_private(data, source) if scheme == "sm2" else _cosign_private(data, source)
+            keys.append(loaded.public_key)
+        elif scheme == "sm2":
+            keys.append(load_sm2_public_key(data, source=source))
+        else:
+            keys.append(load_cosign_public_key(data, source=source))
+    return keys
