@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ocicore.errors import BuildFailed, ConfigError
 from xcforge.attest.sbom import preload
-from xcforge.build.builder import BuildRequest, _check_rendered, _prepare_contexts, build_all
+from xcforge.build.builder import BuildRequest, build_all, check_rendered, merge_digests, prepare_contexts
 from xcforge.build.buildx import check_builder, say
 from xcforge.build.docker_env import check_docker
 from xcforge.ci import actions as ci
@@ -40,11 +40,11 @@ def run_builds(request: BuildRequest) -> int:
     for plan in plans:
         if plan.blockers:
             raise ConfigError("\n".join(plan.blockers))
-    _check_rendered(request.matrix, plans)
+    check_rendered(request.matrix, plans)
     env = check_docker()
     say(f"docker {env.server_version}, buildx {'.'.join(map(str, env.buildx_version))}, native {env.native_platform}")
     _check_builders(request)
-    _, engine_hash = _prepare_contexts(request.matrix, plans)
+    _, engine_hash = prepare_contexts(request.matrix, plans)
 
     preload()  # the SBOM libraries load while BuildKit builds
     results = build_all(request, engine_hash)
@@ -79,4 +79,13 @@ def run_builds(request: BuildRequest) -> int:
     return 0
 
 
-__all__ = ["run_builds"]
+def merge_and_report(matrix, plan, digests: list[str]) -> int:
+    """Split CI mode, second half: the index from per-platform digests (build stage), then the report."""
+    result = merge_digests(matrix, plan, digests)
+    write_reports(merge_into_report([result], plan.dist_dir), plan.dist_dir)
+    print_table([result])
+    print(f"{plan.target.name} {plan.image_repo}@{result.digest}")
+    return 0
+
+
+__all__ = ["merge_and_report", "run_builds"]

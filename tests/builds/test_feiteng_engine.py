@@ -80,7 +80,7 @@ def test_launcher_takes_vllm_style_flags_and_explains_bad_models(feiteng, tmp_pa
 def test_openai_client_against_a_fresh_server(feiteng, tmp_path):
     """Started as an operator would (docker run -d, the GGUF mounted), stopped by docker stop."""
     from xcforge.config.matrix import load_matrix
-    from xcforge.plan.render import REPO_ROOT
+    from xcforge.paths import REPO_ROOT
     from xcforge.smoke import gguf
     from xcforge.smoke.checks import tiny_model
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from xcforge.report.results import BuildResult, PlatformResult, load_results, markdown, merge_into_report, write_reports
+from xcforge.build.result import BuildResult, PlatformResult
+from xcforge.report.results import load_results, markdown, merge_into_report, write_reports
 
 
 def _result(target: str, **kw) -> BuildResult:

@@ -106,7 +106,8 @@ def test_keys_from_environment_and_wrong_password(keys, registry, monkeypatch, c
 
 
 def test_verify_target_reads_the_build_report(keys, registry, tmp_path, capsys):
-    from xcforge.report.results import BuildResult, write_reports
+    from xcforge.build.result import BuildResult
+    from xcforge.report.results import write_reports
 
     client = RegistryClient(registry.address)
     img = push_synthetic_image(client, "xcforge/vllm-cpu", index=True)

@@ -23,7 +23,9 @@ from pathlib import Path
 from xcforge import generated
 from xcforge.config.matrix import Matrix, Target
 from xcforge.generated import Generated
-from xcforge.plan.render import REPO_ROOT, labels
+from xcforge.paths import REPO_ROOT
+from xcforge.plan.build_plan import named_contexts_for
+from xcforge.plan.render import labels
 from xcforge.plan.verification import label_value, planned
 
 BAKE_FILE = REPO_ROOT / "docker-bake.hcl"
@@ -80,16 +82,6 @@ def cache_name(target: Target, platforms: tuple[str, ...]) -> str:
     return f"{image_name(target)}:buildcache-{'-'.join(p.split('/')[1] for p in platforms)}"
 
 
-def named_contexts(matrix: Matrix, target: Target, work: Path) -> dict[str, Path]:
-    """The named build contexts every Dockerfile mounts (plan.py and the committed file agree)."""
-    return {
-        "engine": work / "engine",  # the xcforge-engine wheel (engine_wheel.py)
-        "support": matrix.images_dir / "support",
-        "wheels": work / "empty-wheelhouse",  # a site's --wheelhouse replaces it
-        "sdists": work / "sdists" / target.name,  # the engine sdist of a source-empty target
-    }
-
-
 # --------------------------------------------------------------------------- the committed file
 
 
@@ -120,7 +112,7 @@ def _committed_target(matrix: Matrix, target: Target) -> _Block:
         {
             "context": rel(matrix.images_dir / target.name),
             "dockerfile": "Dockerfile",
-            "contexts": {k: rel(v) for k, v in named_contexts(matrix, target, root / CONTEXTS_DIR).items()},
+            "contexts": {k: rel(v) for k, v in named_contexts_for(matrix, target, root / CONTEXTS_DIR).items()},
             "platforms": list(target.platforms),
             "args": {
                 "BUILD_REVISION": _Raw("BUILD_REVISION"),
@@ -254,7 +246,6 @@ __all__ = [
     "annotations",
     "cache_name",
     "image_name",
-    "named_contexts",
     "render_bake_file",
     "variables",
     "write_or_check",

@@ -31,12 +31,12 @@ from xcforge.build import bake
 from xcforge.build.buildx import RETRYABLE, bake_command, failure_reason, node_platforms, run_bake, say
 from xcforge.build.engine_wheel import ensure_engine_wheel
 from xcforge.build.fingerprint import build_fingerprint, hash_tree
+from xcforge.build.result import BuildResult, PlatformResult
 from xcforge.ci import actions as ci
 from xcforge.config.matrix import Matrix
 from xcforge.plan import deps
 from xcforge.plan.build_plan import BuildOptions, BuildPlan, OutputMode
 from xcforge.plan.render import render_target
-from xcforge.report.results import BuildResult, PlatformResult, merge_into_report, print_table, write_reports
 from xcforge.shell import DOCKER, run
 
 STANDIN_LABEL = "io.xcforge.stand-in"
@@ -530,7 +530,7 @@ def _attach_tags(plan: BuildPlan, digest: str, sources: list[str] | None = None,
 # --------------------------------------------------------------------------- many targets
 
 
-def _prepare_contexts(matrix: Matrix, plans: list[BuildPlan]) -> tuple[Path, str]:
+def prepare_contexts(matrix: Matrix, plans: list[BuildPlan]) -> tuple[Path, str]:
     engine_dir = plans[0].named_contexts["engine"]
     _, engine_hash = ensure_engine_wheel(engine_dir, matrix.images_dir / "engine")
     for plan in plans:
@@ -559,7 +559,7 @@ def _prepare_sdists(matrix: Matrix, plan: BuildPlan) -> None:
     (work / "SHA256SUMS").write_text(f"{sha256}  {path.name}\n")
 
 
-def _check_rendered(matrix: Matrix, plans: list[BuildPlan]) -> None:
+def check_rendered(matrix: Matrix, plans: list[BuildPlan]) -> None:
     if bake.write_or_check(matrix, check=True).status != "unchanged":
         raise RenderError(
             f"{matrix.root / bake.BAKE_FILE.name}: out of date with matrix.yaml; "
@@ -574,7 +574,7 @@ def _check_rendered(matrix: Matrix, plans: list[BuildPlan]) -> None:
             )
 
 
-def merge_digests(matrix: Matrix, plan: BuildPlan, digests: list[str]) -> int:
+def merge_digests(matrix: Matrix, plan: BuildPlan, digests: list[str]) -> BuildResult:
     """Split CI mode, second half: assemble the index from per-platform digests, then tag it."""
     for digest in digests:
         if not re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
@@ -589,10 +589,7 @@ def merge_digests(matrix: Matrix, plan: BuildPlan, digests: list[str]) -> int:
     result.platforms = [PlatformResult(p, d, s) for p, (d, s) in sorted(platforms.items())]
     result.duration_s = time.monotonic() - started
     result.notes.append(f"index assembled from {len(digests)} platform digest(s)")
-    write_reports(merge_into_report([result], plan.dist_dir), plan.dist_dir)
-    print_table([result])
-    print(f"{plan.target.name} {plan.image_repo}@{digest}")
-    return 0
+    return result
 
 
 __all__ = ["BuildRequest", "build_all", "merge_digests", "output_spec"]

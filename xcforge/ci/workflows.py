@@ -26,8 +26,8 @@ from ocicore.errors import ConfigError
 from xcforge import generated
 from xcforge.config.matrix import Matrix, Target
 from xcforge.generated import Generated
+from xcforge.paths import REPO_ROOT
 from xcforge.plan.build_plan import image_repository
-from xcforge.plan.render import REPO_ROOT
 
 # Pushes, signatures and registry logins happen only in the upstream repository, never in forks.
 UPSTREAM_REPOSITORY = "xcforge/xcforge"

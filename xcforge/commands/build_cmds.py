@@ -10,11 +10,11 @@ import sys
 from pathlib import Path
 
 from ocicore.errors import ConfigError
-from xcforge.build import bake
 from xcforge.commands._targets import add_target_arguments, selected_targets
 from xcforge.config.matrix import load_matrix
 from xcforge.config.site import BUILDER_NAME_RE, load_site
-from xcforge.plan.build_plan import DIST_DIR, BuildOptions, make_plan
+from xcforge.paths import DIST_DIR
+from xcforge.plan.build_plan import BuildOptions, make_plan, named_contexts_for
 from xcforge.plan.render import render_target
 from xcforge.plan.verification import lock_level, lock_status
 
@@ -180,14 +180,14 @@ def run_build(args: argparse.Namespace) -> int:
 
 
 def run_contexts(args: argparse.Namespace) -> int:
-    from xcforge.build.builder import _prepare_contexts
+    from xcforge.build.builder import prepare_contexts
 
     matrix, targets = selected_targets(args)
     site = load_site(args.site)
     plans = [make_plan(matrix, target, site, BuildOptions(dist_dir=args.dist)) for target in targets]
-    engine_dir, _ = _prepare_contexts(matrix, plans)
+    engine_dir, _ = prepare_contexts(matrix, plans)
     for target in targets:  # what the committed file names, also where the site replaces it
-        for path in bake.named_contexts(matrix, target, args.dist / ".contexts").values():
+        for path in named_contexts_for(matrix, target, args.dist / ".contexts").values():
             path.mkdir(parents=True, exist_ok=True)
     print(f"engine wheel: {engine_dir}")
     for plan in plans:
@@ -196,7 +196,7 @@ def run_contexts(args: argparse.Namespace) -> int:
 
 
 def run_merge(args: argparse.Namespace) -> int:
-    from xcforge.build.builder import merge_digests
+    from xcforge.pipeline import merge_and_report
 
     matrix = load_matrix(args.matrix)
     target = matrix.target(args.target)
@@ -204,4 +204,4 @@ def run_merge(args: argparse.Namespace) -> int:
     _check_dist(args.dist)
     options = BuildOptions(registry=args.registry, push=True, dist_dir=args.dist)
     plan = make_plan(matrix, target, site, options)
-    return merge_digests(matrix, plan, args.digest)
+    return merge_and_report(matrix, plan, args.digest)

@@ -12,7 +12,7 @@ from ocicore.errors import ConfigError
 from xcforge.commands._drift import report_drift
 from xcforge.commands._paths import blocking_file
 from xcforge.config.matrix import load_matrix
-from xcforge.plan.render import REPO_ROOT
+from xcforge.paths import REPO_ROOT
 
 
 def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:

@@ -11,7 +11,7 @@ from ocicore.errors import ConfigError, SmokeFailed
 from xcforge.build.docker_env import check_docker
 from xcforge.commands._paths import blocking_file
 from xcforge.config.matrix import load_matrix
-from xcforge.plan.build_plan import DIST_DIR
+from xcforge.paths import DIST_DIR
 from xcforge.report.results import load_results, print_table, write_reports
 from xcforge.smoke.checks import FAIL, SmokeSubject, device_flags, run_smoke
 

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from ocicore.errors import ConfigError
 from xcforge.config.matrix import EnvName, HostName, Matrix, NoProxy, Url, _format_errors, _shown, _suggest
 from xcforge.config.yaml_source import load_yaml
-from xcforge.plan.render import REPO_ROOT
+from xcforge.paths import REPO_ROOT
 
 # Written by scripts/provision.sh on machines that cannot pull vendor bases (git-ignored): used when
 # neither --site nor $XCFORGE_SITE is given, so `python build.py --target cpu` works there as is.

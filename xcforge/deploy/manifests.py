@@ -23,8 +23,8 @@ from ocicore.errors import ConfigError, VerificationFailed
 from xcforge import __version__
 from xcforge.config.matrix import Matrix, Target
 from xcforge.generated import Generated, remove_or_check, write_or_check
+from xcforge.paths import REPO_ROOT
 from xcforge.plan.build_plan import image_repository
-from xcforge.plan.render import REPO_ROOT
 
 _DIGEST_REF_RE = re.compile(
     r"^(?P<name>[a-z0-9]+(?:[._-][a-z0-9]+)*(?::[0-9]+)?(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)+)"

@@ -18,10 +18,9 @@ from typing import Literal
 from packaging.version import Version
 
 from ocicore.errors import ConfigError
-from xcforge.build.bake import named_contexts as named_contexts_for
 from xcforge.config.matrix import Matrix, Target
 from xcforge.config.site import REGISTRY_PREFIX_RE, SiteConfig
-from xcforge.plan.render import REPO_ROOT
+from xcforge.paths import DIST_DIR, REPO_ROOT
 from xcforge.plan.verification import PlatformVerification, label_value, planned
 
 
@@ -43,8 +42,6 @@ class OutputMode(StrEnum):
 
 
 EngineInstall = Literal["full", "skip"]
-
-DIST_DIR = REPO_ROOT / "dist"
 
 
 @dataclass(frozen=True)
@@ -142,6 +139,17 @@ def _rel(path: Path) -> str:
         return str(path.relative_to(REPO_ROOT))
     except ValueError:
         return str(path)
+
+
+def named_contexts_for(matrix: Matrix, target: Target, work: Path) -> dict[str, Path]:
+    """The named build contexts every Dockerfile mounts (the committed docker-bake.hcl names the
+    same ones under dist/.contexts; a site's wheelhouse replaces `wheels`)."""
+    return {
+        "engine": work / "engine",  # the xcforge-engine wheel (build/engine_wheel.py)
+        "support": matrix.images_dir / "support",
+        "wheels": work / "empty-wheelhouse",
+        "sdists": work / "sdists" / target.name,  # the engine sdist of a source-empty target
+    }
 
 
 def git_revision(root: Path = REPO_ROOT) -> str:

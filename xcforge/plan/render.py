@@ -19,8 +19,6 @@ from xcforge import generated
 from xcforge.config.matrix import Matrix, Target
 from xcforge.generated import Generated
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-
 LABEL_PREFIX = "io.xcforge"
 
 # Installed when the base has no Python of its own (python_from: apt).

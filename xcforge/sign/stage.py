@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from ocicore.errors import ConfigError, XcforgeError
-from xcforge.report.results import BuildResult
+from xcforge.build.result import BuildResult
 
 AUDIT_ENV = "XCFORGE_AUDIT_LOG"
 

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from ocicore import layout, registry
 from xcforge.config.matrix import Target
-from xcforge.plan.render import REPO_ROOT
+from xcforge.paths import REPO_ROOT
 from xcforge.shell import run
 from xcforge.smoke import containers
 from xcforge.smoke.containers import RunSpec

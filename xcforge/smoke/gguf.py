@@ -18,8 +18,8 @@ from pathlib import Path
 from ocicore.errors import EnvironmentProblem
 from xcforge.config.matrix import Matrix, Target
 from xcforge.config.site import SiteConfig, load_site
+from xcforge.paths import REPO_ROOT
 from xcforge.plan import deps
-from xcforge.plan.render import REPO_ROOT
 from xcforge.shell import DOCKER, run
 from xcforge.smoke import containers
 from xcforge.smoke.containers import RunSpec
