@@ -51,9 +51,9 @@ def test_no_stage_imports_a_later_stage_or_the_command_line():
             wrong.append(f"{module} imports the command line ({name})")
         if name.startswith("xcforge.pipeline") and not module.startswith(("xcforge.commands", "xcforge.cli")):
             wrong.append(f"{module} imports the pipeline")
-        if source in STAGES and target in STAGES and STAGES.index(target) > STAGES.index(source):
-            if not any(name.startswith(s) for s in SHARED):
-                wrong.append(f"{module} ({source}) imports {name} ({target}), a later stage")
+        later = source in STAGES and target in STAGES and STAGES.index(target) > STAGES.index(source)
+        if later and not any(name.startswith(s) for s in SHARED):
+            wrong.append(f"{module} ({source}) imports {name} ({target}), a later stage")
         if source in STAGES and target in OUTSIDE_THE_FLOW and not any(name.startswith(s) for s in SHARED):
             wrong.append(f"{module} ({source}) imports {name}, which is outside the build flow")
     assert wrong == []

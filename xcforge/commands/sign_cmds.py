@@ -239,8 +239,9 @@ def _annotations(pairs: list[str]) -> dict[str, str]:
 
 
 def run_sign(args: argparse.Namespace) -> int:
+    """The sign stage (xcforge.sign.stage.sign_subject) for one digest named on the command line."""
     from ocicore.registry import Reference
-    from signing.sign import sign_archive, sign_digest
+    from xcforge.sign.stage import SigningKeys, SignSubject, sign_subject
 
     ref = Reference.parse(args.image)
     if ref.digest is None:
@@ -248,70 +249,51 @@ def run_sign(args: argparse.Namespace) -> int:
             f"sign takes a digest, not a tag: {args.image} → use {ref.name}@sha256:... "
             "(a tag can move between the build and the signature)"
         )
-    sm2_key = keys.load_sm2_signing_key(args.sm2_key)
-    cosign_key = keys.load_cosign_signing_key(args.cosign_key)
-    if sm2_key is None and cosign_key is None and not args.keyless:
+    signing_keys = SigningKeys(
+        sm2=keys.load_sm2_signing_key(args.sm2_key),
+        cosign=keys.load_cosign_signing_key(args.cosign_key),
+        sm2_dist_id=args.sm2_distid.encode("utf-8"),
+        keyless=args.keyless,
+    )
+    if not signing_keys.any_key and not args.keyless:
         raise ConfigError(
             f"sign: give --sm2-key and/or --cosign-key (or ${keys.SM2_KEY_ENV} / ${keys.COSIGN_KEY_ENV}), or --keyless"
         )
+    annotations = _annotations(args.annotation)  # bad input is refused before any registry is read
     audit = _audit(args)
-    dist_id = args.sm2_distid.encode("utf-8")
-    records = []
-    if sm2_key is not None or cosign_key is not None:
-        common = {"sm2_key": sm2_key, "cosign_key": cosign_key, "sm2_dist_id": dist_id, "audit": audit}
-        if args.archive:
-            records = sign_archive(
-                args.archive, ref.name, ref.digest, annotations=_annotations(args.annotation), **common
-            )
-        else:
-            records = sign_digest(
-                ref.with_digest(None).with_tag(None),
-                ref.digest,
-                annotations=_annotations(args.annotation),
-                insecure=args.insecure,
-                **common,
-            )
-    for record in records:
+    repository = str(ref.with_digest(None).with_tag(None))
+    subject = SignSubject(
+        repository=ref.name if args.archive else repository,
+        digests=[ref.digest],
+        archive=args.archive,
+        statements=_statements(args, ref) if signing_keys.any_key else {},
+        annotations=annotations,
+        insecure=args.insecure,
+    )
+    for record in sign_subject(subject, signing_keys, audit):
         print(record.line())
-    if sm2_key is not None or cosign_key is not None:
-        _attest_platforms(args, ref, sm2_key, cosign_key, dist_id, audit)
-    if audit is not None and sm2_key is not None:
-        entry = audit.checkpoint(sm2_key)  # the chain head, signed: rewriting the log needs this key
-        print(f"audit checkpoint at entry {entry['seq']} (SM2 {sm2_key.public_key.short_id})")
-    if args.keyless:
-        from signing.keyless import sign_keyless
-
-        record = sign_keyless(ref.with_digest(None).with_tag(None), ref.digest, insecure=args.insecure)
-        if audit is not None:
-            audit.record(
-                "sign", digest=ref.digest, subject=ref.name, details={"scheme": "keyless", "identity": record.identity}
-            )
-        print(record.line())
+    if audit is not None and signing_keys.sm2 is not None:
+        entry = audit.checkpoint(signing_keys.sm2)  # the chain head, signed: rewriting the log needs this key
+        print(f"audit checkpoint at entry {entry['seq']} (SM2 {signing_keys.sm2.public_key.short_id})")
     return 0
 
 
-def _attest_platforms(args: argparse.Namespace, ref, sm2_key, cosign_key, dist_id: bytes, audit) -> None:
-    """Each platform's SBOM and provenance, signed as attestations next to the image signatures."""
+def _statements(args: argparse.Namespace, ref) -> dict:
+    """Each platform's SBOM and provenance statements, read back from the archive or the registry."""
     from ocicore.registry import RegistryClient
-    from signing.sign import attest
     from xcforge.attest.attestations import archive_statements, registry_statements
 
-    keys = {"sm2_key": sm2_key, "cosign_key": cosign_key, "sm2_dist_id": dist_id, "audit": audit}
     if args.archive:
         per_platform = archive_statements(args.archive, ref.name)
-        where: dict = {"archive": args.archive}
     else:
         client = RegistryClient(ref.registry, insecure=args.insecure)
         per_platform = registry_statements(client, ref.repository, ref.name, ref.digest)
-        where = {"repo": ref.with_digest(None).with_tag(None), "client": client}
     if not per_platform:
         print("note: no SBOM or provenance found for this image; only the image digest was signed")
     for platform_digest, statements in per_platform.items():
         if not statements:
             print(f"note: {platform_digest}: no SBOM or provenance to attest")
-            continue
-        for record in attest(statements, platform_digest, **where, **keys):
-            print(record.line())
+    return per_platform
 
 
 def _target_reference(args: argparse.Namespace) -> tuple[str, Path | None]:

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ocicore.errors import ConfigError, XcforgeError
 from xcforge.build.result import BuildResult
@@ -37,50 +39,120 @@ def record_builds(results: list[BuildResult], dist: Path) -> None:
         )
 
 
+@dataclass(frozen=True)
+class SigningKeys:
+    sm2: Any = None  # signing.sm2_keys.Sm2PrivateKey
+    cosign: Any = None  # signing.cosign_keys.CosignPrivateKey
+    sm2_dist_id: bytes = b"1234567812345678"  # GB/T 32918's default user ID
+    keyless: bool = False
+
+    @property
+    def any_key(self) -> bool:
+        return self.sm2 is not None or self.cosign is not None
+
+
+@dataclass
+class SignSubject:
+    """One image to sign: its repository, the digests to sign (index first), where it lives (an
+    archive, or the registry), and the in-toto statements (SBOM, provenance) to attest per platform."""
+
+    repository: str
+    digests: list[str]
+    archive: Path | None = None
+    statements: dict[str, list[tuple[str, bytes]]] = field(default_factory=dict)
+    annotations: dict[str, str] = field(default_factory=dict)
+    insecure: bool = False
+
+
+def sign_subject(subject: SignSubject, keys: SigningKeys, audit) -> list:
+    """Sign every digest with every key, attest every statement, then keyless if asked. Returns the
+    records (signing's SignatureRecord / AttestationRecord / keyless record), in that order. The
+    one signing stage: `build --sign` and the `sign` command both come here."""
+    from signing.sign import attest, sign_archive, sign_digest
+
+    common = {"sm2_key": keys.sm2, "cosign_key": keys.cosign, "sm2_dist_id": keys.sm2_dist_id, "audit": audit}
+    records: list = []
+    if keys.any_key:
+        for digest in subject.digests:
+            if subject.archive is not None:
+                records += sign_archive(
+                    subject.archive, subject.repository, digest, annotations=subject.annotations, **common
+                )
+            else:
+                records += sign_digest(
+                    subject.repository, digest, annotations=subject.annotations, insecure=subject.insecure, **common
+                )
+        where = {"archive": subject.archive} if subject.archive is not None else {"repo": subject.repository}
+        for platform_digest, statements in subject.statements.items():
+            if statements:
+                records += attest(statements, platform_digest, insecure=subject.insecure, **where, **common)
+    if keys.keyless and subject.archive is None:
+        from signing.keyless import sign_keyless
+
+        keyless = sign_keyless(subject.repository, subject.digests[0], insecure=subject.insecure)
+        if audit is not None:
+            audit.record(
+                "sign",
+                digest=subject.digests[0],
+                subject=subject.repository,
+                details={"scheme": "keyless", "identity": keyless.identity},
+            )
+        records.append(keyless)
+    return records
+
+
+def _as_report_entry(record) -> dict:
+    if hasattr(record, "identity"):  # keyless
+        return {"scheme": "sigstore", "digest": record.digest, "key_id": record.identity, "result": "signed"}
+    entry = {
+        "scheme": record.scheme,
+        "digest": record.digest,
+        "key_id": record.key_id[:16],
+        "location": record.location,
+    }
+    if hasattr(record, "predicate_type"):
+        entry["result"] = "attested" if record.added else "already attested"
+        entry["attestation"] = record.predicate_type
+    else:
+        entry["result"] = "signed" if record.added else "already signed"
+    return entry
+
+
+def _build_subject(result: BuildResult) -> SignSubject:
+    from xcforge.attest.attestations import statements
+
+    digests = [result.digest] + [p.digest for p in result.platforms if p.digest and p.digest != result.digest]
+    return SignSubject(
+        repository=result.image_repo,
+        digests=[d for d in digests if d],
+        archive=None if result.output.pushes else Path(result.archive or ""),
+        statements={e["digest"]: statements(e, result.image_repo) for e in result.attestations},
+    )
+
+
 def sign_results(results: list[BuildResult], request) -> bool:
-    from signing.sign import sign_archive, sign_digest
+    """The sign stage of `build --sign`: each built result's digests, SBOMs and provenance."""
     from xcforge.sign.keys import load_cosign_signing_key, load_sm2_signing_key
 
-    sm2_key = load_sm2_signing_key(request.sm2_key)
-    cosign_key = load_cosign_signing_key(request.cosign_key)
-    if sm2_key is None and cosign_key is None and not request.keyless:
+    keys = SigningKeys(
+        sm2=load_sm2_signing_key(request.sm2_key),
+        cosign=load_cosign_signing_key(request.cosign_key),
+        keyless=request.keyless,
+    )
+    if not keys.any_key and not keys.keyless:
         raise ConfigError("--sign needs --sm2-key and/or --cosign-key (or $XCFORGE_SM2_KEY / $XCFORGE_COSIGN_KEY)")
     audit = audit_log(request.options.dist_dir)
     ok = True
     for result in results:
         if result.error or not result.digest:
             continue
-        digests = [result.digest] + [p.digest for p in result.platforms if p.digest and p.digest != result.digest]
+        if keys.any_key and not result.attestations:
+            result.notes.append("no SBOM/provenance recorded for this build (rebuild with --force to attest it)")
         try:
-            for digest in digests:
-                if not result.output.pushes:
-                    records = sign_archive(
-                        result.archive, result.image_repo, digest, sm2_key=sm2_key, cosign_key=cosign_key, audit=audit
-                    )
-                elif sm2_key or cosign_key:
-                    records = sign_digest(
-                        result.image_repo, digest, sm2_key=sm2_key, cosign_key=cosign_key, audit=audit
-                    )
-                else:
-                    records = []
-                for record in records:
-                    result.signatures.append(
-                        {
-                            "scheme": record.scheme,
-                            "digest": digest,
-                            "key_id": record.key_id[:16],
-                            "location": record.location,
-                            "result": "signed" if record.added else "already signed",
-                        }
-                    )
-            _attest_result(result, sm2_key, cosign_key, audit)
-            if request.keyless and result.output.pushes:
-                from signing.keyless import sign_keyless
-
-                keyless = sign_keyless(result.image_repo, result.digest)
-                result.signatures.append(
-                    {"scheme": "sigstore", "digest": result.digest, "key_id": keyless.identity, "result": "signed"}
-                )
+            for record in sign_subject(_build_subject(result), keys, audit):
+                entry = _as_report_entry(record)
+                entry.setdefault("digest", result.digest)
+                result.signatures.append(entry)
         except XcforgeError as exc:
             ok = False
             result.error, result.error_code = f"signing failed: {exc.message}", exc.exit_code
@@ -88,34 +160,4 @@ def sign_results(results: list[BuildResult], request) -> bool:
     return ok
 
 
-def _attest_result(result: BuildResult, sm2_key, cosign_key, audit) -> None:
-    """Each platform's SBOM and BuildKit provenance, signed as in-toto attestations."""
-    from signing.sign import attest
-    from xcforge.attest.attestations import statements
-
-    if sm2_key is None and cosign_key is None:
-        return
-    if not result.attestations:
-        result.notes.append("no SBOM/provenance recorded for this build (rebuild with --force to attest it)")
-        return
-    for entry in result.attestations:
-        where = {"repo": result.image_repo} if result.output.pushes else {"archive": result.archive}
-        records = attest(
-            statements(entry, result.image_repo),
-            entry["digest"],
-            sm2_key=sm2_key,
-            cosign_key=cosign_key,
-            audit=audit,
-            **where,
-        )
-        for record in records:
-            result.signatures.append(
-                {
-                    "scheme": record.scheme,
-                    "digest": record.digest,
-                    "key_id": record.key_id[:16],
-                    "location": record.location,
-                    "result": "attested" if record.added else "already attested",
-                    "attestation": record.predicate_type,
-                }
-            )
+__all__ = ["SignSubject", "SigningKeys", "audit_log", "record_builds", "sign_results", "sign_subject"]
