@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import re
-from dataclasses import asdict
 from pathlib import Path
 
 from ocicore.errors import ConfigError, SmokeFailed
@@ -13,7 +12,7 @@ from xcforge.commands._paths import blocking_file
 from xcforge.config.matrix import load_matrix
 from xcforge.paths import DIST_DIR
 from xcforge.report.results import load_results, print_table, write_reports
-from xcforge.smoke.checks import FAIL, SmokeSubject, device_flags, run_smoke
+from xcforge.smoke.checks import FAIL, SmokeSubject, device_flags, record_smoke, run_smoke
 
 _DIGEST_RE = re.compile(r"@sha256:[0-9a-f]{64}$")
 
@@ -90,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
     subject = SmokeSubject(target, ref, platforms, native, engine_install, archive, flags)
     checks = run_smoke(subject, serve=args.serve, model_dir=args.model)
     if record is not None:
-        record.smoke = [asdict(c) for c in checks]
+        record_smoke(record, checks, device=bool(flags))
         write_reports(results, args.dist)
         print_table([record])
     failed = [c for c in checks if c.status == FAIL]

@@ -568,6 +568,16 @@ def _serve_or_skip(subject: SmokeSubject, model_dir: Path | None) -> list[SmokeC
     return checks + check_serve(subject, model_dir)
 
 
+def record_smoke(result, checks: list, *, device: bool) -> list:
+    """The smoke stage's checks into the build record; a served completion raises that platform to
+    served-cpu (device-tested on the device runner). Returns the failed checks."""
+    result.smoke = [asdict(c) for c in checks]
+    for check in checks:
+        if check.check.startswith("serve") and check.status == PASS:
+            result.raise_level(check.platform, "device-tested" if device else "served-cpu")
+    return [c for c in checks if c.status == FAIL]
+
+
 def smoke_results(results, request) -> bool:
     """Builder hook: smoke-test every built or skipped result; record checks in the report."""
     from xcforge.build.docker_env import check_docker
@@ -588,12 +598,7 @@ def smoke_results(results, request) -> bool:
             archive=Path(result.archive) if result.archive else None,
         )
         checks = run_smoke(subject)
-        result.smoke = [asdict(c) for c in checks]
-        failed = [c for c in checks if c.status == FAIL]
-        # A served completion raises that platform to served-cpu (device smoke: device-tested).
-        for check in checks:
-            if check.check.startswith("serve") and check.status == PASS:
-                result.raise_level(check.platform, "device-tested" if subject.device_flags else "served-cpu")
+        failed = record_smoke(result, checks, device=bool(subject.device_flags))
         if failed:
             ok = False
             result.error_code = 9
