@@ -97,6 +97,7 @@ VARIABLES = (
     "XCFORGE_SITE",
     "XCFORGE_WHEELHOUSE",
     "XCFORGE_DEBIAN_MIRROR",
+    "XCFORGE_BUILDER",
 )
 # The Debian archive that scripts/provision.sh's stand-in bases (a Debian bookworm rootfs) come from on
 # GitHub's Ubuntu runners, which have no Debian apt sources to copy; a repository variable overrides it.
@@ -389,8 +390,14 @@ def _build_job(matrix: Matrix, target: Target) -> dict:
         {"platform": p, "arch": _arch(p), **({} if self_hosted else {"runner": hosted_runner(p)})}
         for p in target.platforms
     ]
-    build_cmd = f'python build.py --target {name} --platform "$PLATFORM" --registry "$REGISTRY" --push --push-by-digest'
-    env: dict[str, str] = {"PLATFORM": "${{ matrix.platform }}"}
+    # The same machinery as a local build: bake on this runner's engine (native for its platform),
+    # or on a BuildKit farm named by the repository variable XCFORGE_BUILDER (a buildx builder or
+    # docker context the runner has); `merge` then assembles the index by digest.
+    build_cmd = (
+        f'python build.py --target {name} --platform "$PLATFORM" --registry "$REGISTRY" --push --push-by-digest'
+        ' ${BUILDER:+--builder "$BUILDER"}'
+    )
+    env: dict[str, str] = {"PLATFORM": "${{ matrix.platform }}", "BUILDER": "${{ vars.XCFORGE_BUILDER }}"}
     checks = []
     if target.plugin and target.plugin.source == "wheelhouse":
         env["XCFORGE_WHEELHOUSE"] = "${{ vars.XCFORGE_WHEELHOUSE }}"
