@@ -103,6 +103,7 @@ def test_one_platform_per_engine_merged_signed_and_smoke_tested(second_engine, p
     entry = _report(dist)["ascend"]
     where = {p["platform"]: p["builder"] for p in entry["platforms"]}
     assert where == {"linux/amd64": "default", "linux/arm64": second_engine}
+    assert f"| ascend | linux/arm64 | {second_engine} | emulated (QEMU) |" in (dist / "report.md").read_text()
     repo = f"{prefix.split('/', 1)[1]}-split/vllm-ascend"
     index = manifest(repo, entry["digest"])
     platforms = {m["platform"]["architecture"] for m in index["manifests"]}

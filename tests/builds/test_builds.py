@@ -109,7 +109,7 @@ def test_second_run_is_skipped_by_fingerprint(pushed):
     assert proc.returncode == 0, proc.stderr[-2000:]
     report = _report(pushed["dist"])
     assert {report[t]["status"] for t in STANDIN_TARGETS} == {"skipped"}
-    assert "buildx build" not in proc.stderr
+    assert "buildx bake" not in proc.stderr and "buildx build" not in proc.stderr
     print(f"unchanged rebuild of {len(STANDIN_TARGETS)} targets: {elapsed:.1f} s")
 
 
@@ -189,7 +189,7 @@ def test_interrupted_build_publishes_nothing(project, prefix, tmp_path):
     seen = []
     for line in proc.stdout:
         seen.append(line)
-        if "buildx build" in line:
+        if "buildx bake" in line:
             time.sleep(3)
             os.killpg(proc.pid, signal.SIGINT)
             break

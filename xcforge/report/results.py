@@ -68,6 +68,13 @@ def markdown(results: list[BuildResult]) -> str:
     if skipped:
         lines += ["", "### Not verified (skipped steps and why)", ""]
         lines += [f"- **{t}** {p}: {s}" for t, p, s in skipped]
+    built_where = [(r.target, p) for r in results for p in r.platforms if p.builder]
+    if built_where:
+        lines += ["", "### Where each platform was built", ""]
+        lines += ["| target | platform | builder | how |", "|---|---|---|---|"]
+        for t, p in built_where:
+            how = "native" if p.native else "emulated (QEMU)" if p.native is False else "-"
+            lines.append(f"| {t} | {p.platform} | {p.builder} | {how} |")
     notes = [(r.target, n) for r in results for n in r.notes]
     if notes:
         lines += ["", "### Notes", ""]
