@@ -52,6 +52,8 @@ def test_plain_bake_of_the_kept_files_rebuilds_the_same_image(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "buildx bake" in proc.stderr and "buildx build" not in proc.stderr
     assert (dist / "logs" / "mlu.log").read_text().count("#") > 10  # the whole BuildKit log
+    metadata = json.loads(next((dist / "bake").glob("metadata-default-*.json")).read_text())
+    assert metadata["mlu"]["containerimage.digest"] == _report(dist)["mlu"]["digest"]  # bake's word, checked
     run_file = next((dist / "bake").glob("run-default-*.json"))
     assert "pip.conf" not in run_file.read_text() or "src=" in run_file.read_text()  # paths, never contents
     again = tmp_path / "again.oci.tar"

@@ -188,6 +188,7 @@ class _Pending:
     parts: dict[str | None, tuple[tuple[str, ...], Path]]  # builder → (its platforms, its archive)
     started: float
     failed_builders: list[str | None] = field(default_factory=list)
+    reported: dict[str | None, dict] = field(default_factory=dict)  # builder → bake's --metadata-file entry
 
 
 def _prepare(plan: BuildPlan, builders: dict[str, str | None], engine_hash: str, force: bool) -> BuildResult | _Pending:
@@ -335,6 +336,9 @@ def _bake_on(builder: str | None, pendings: list[_Pending], request: BuildReques
             pending.result.cache_hits += progress.cache_hits
             pending.result.steps += len(progress.steps)
         if outcome.returncode == 0:
+            reported = json.loads(metadata.read_text()) if metadata.exists() else {}
+            for pending in remaining:
+                pending.reported[builder] = reported.get(pending.plan.target.name, {})
             return
         failed = [p for p in remaining if outcome.targets[p.plan.target.name].failed]
         tails = "\n".join(line for p in failed for line in list(outcome.targets[p.plan.target.name].tail)[-15:])
@@ -430,7 +434,20 @@ def build_all(request: BuildRequest, engine_hash: str) -> list[BuildResult]:
 
 
 def _assemble(pending: _Pending) -> None:
-    """Several builders' archives → one archive with one index (platform manifests by digest)."""
+    """Check each archive against the digest bake reported for it (`--metadata-file`); several
+    builders' archives → one archive with one index (platform manifests by digest)."""
+    for builder, (platforms, part) in pending.parts.items():
+        reported = pending.reported.get(builder, {}).get("containerimage.digest")
+        written, _ = layout.OciArchive(part).top_index()
+        if reported and reported != written:
+            raise BuildFailed(
+                f"{pending.plan.target.name}: bake reported {reported} for {', '.join(platforms)} but the archive "
+                f"holds {written}; nothing was published"
+            )
+        if not reported:
+            pending.result.notes.append(
+                f"bake reported no digest for {', '.join(platforms)} (no --metadata-file entry)"
+            )
     if len(pending.parts) == 1:
         return
     merge_archives([part for _, part in pending.parts.values()], pending.partial)
