@@ -96,7 +96,7 @@ def test_one_platform_per_engine_merged_signed_and_smoke_tested(second_engine, p
     dist = tmp_path / "dist"
     site = _site(tmp_path, {"linux/arm64": second_engine})
     proc = cli(
-        "--target", "ascend", "--site", str(site), "--registry", prefix + "-split", "--push", "--dist", str(dist),
+        "--target", "ascend", "--site", str(site), "--registry", prefix + "-node2", "--push", "--dist", str(dist),
         "--sign", "--sm2-key", str(keys / "sm2.key"), "--cosign-key", str(keys / "cosign.key"), "--smoke",
         env={"XCFORGE_AUDIT_LOG": str(tmp_path / "audit.jsonl")},
     )  # fmt: skip
@@ -106,7 +106,7 @@ def test_one_platform_per_engine_merged_signed_and_smoke_tested(second_engine, p
     where = {p["platform"]: p["builder"] for p in entry["platforms"]}
     assert where == {"linux/amd64": "default", "linux/arm64": second_engine}
     assert f"| ascend | linux/arm64 | {second_engine} | emulated (QEMU) |" in (dist / "report.md").read_text()
-    repo = f"{prefix.split('/', 1)[1]}-split/vllm-ascend"
+    repo = f"{prefix.split('/', 1)[1]}-node2/vllm-ascend"
     index = manifest(repo, entry["digest"])
     platforms = {m["platform"]["architecture"] for m in index["manifests"]}
     assert platforms == {"amd64", "arm64", "unknown"}  # both images and their provenance
