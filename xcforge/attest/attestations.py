@@ -13,6 +13,7 @@ push modes also attach the raw SBOM in the registry.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import tarfile
@@ -43,11 +44,15 @@ class PlatformAttestations:
         return dict(vars(self))
 
 
+@functools.cache
+def _reader_version() -> str:
+    """sbom.py's own hash: a change in what is read from a layer invalidates what was kept."""
+    return hashlib.sha256(Path(sbom.__file__).read_bytes()).hexdigest()[:16]
+
+
 def _layer_cache_key(layer: dict) -> str:
-    """Layers are content-addressed: one digest, one set of files. The key also covers sbom.py
-    itself, so a change in what is read from a layer invalidates what was kept."""
-    source = hashlib.sha256(Path(sbom.__file__).read_bytes()).hexdigest()[:16]
-    return f"{layer['digest'].replace(':', '-')}-{source}"
+    """Layers are content-addressed: one digest, one set of files."""
+    return f"{layer['digest'].replace(':', '-')}-{_reader_version()}"
 
 
 def _layer_entries(reader, tar: tarfile.TarFile, layer: dict, cache: Path | None) -> sbom.LayerEntries:

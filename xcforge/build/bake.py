@@ -24,7 +24,7 @@ from xcforge import generated
 from xcforge.config.matrix import Matrix, Target
 from xcforge.generated import Generated
 from xcforge.paths import REPO_ROOT
-from xcforge.plan.build_plan import named_contexts_for
+from xcforge.plan.build_plan import cache_tag, image_name, named_contexts_for
 from xcforge.plan.render import labels
 from xcforge.plan.verification import label_value, planned
 
@@ -74,14 +74,6 @@ def annotation_flags(annotated: Mapping[str, str]) -> list[str]:
     return [f"{level}:{k}={v}" for k, v in annotated.items() for level in ("index", "manifest")]
 
 
-def image_name(target: Target) -> str:
-    return f"{'vllm' if target.engine.is_vllm else 'llamacpp'}-{target.name}"
-
-
-def cache_name(target: Target, platforms: tuple[str, ...]) -> str:
-    return f"{image_name(target)}:buildcache-{'-'.join(p.split('/')[1] for p in platforms)}"
-
-
 # --------------------------------------------------------------------------- the committed file
 
 
@@ -105,7 +97,7 @@ def _committed_target(matrix: Matrix, target: Target) -> _Block:
     rel = lambda p: str(Path(p).relative_to(root)) if Path(p).is_relative_to(root) else str(p)  # noqa: E731
     production = planned(matrix, target, target.platforms, engine_install="full", plugin_install="full")
     variables = {name: "${" + name + "}" for name in VARIABLES}
-    cache = cache_name(target, target.platforms)
+    cache = f"{image_name(target)}:{cache_tag(target.platforms)}"
     return _Block(
         "target",
         target.name,
@@ -244,8 +236,6 @@ __all__ = [
     "RunTarget",
     "annotation_flags",
     "annotations",
-    "cache_name",
-    "image_name",
     "render_bake_file",
     "variables",
     "write_or_check",

@@ -35,7 +35,7 @@ from xcforge.build.result import BuildResult, PlatformResult
 from xcforge.ci import actions as ci
 from xcforge.config.matrix import Matrix
 from xcforge.plan import deps
-from xcforge.plan.build_plan import BuildOptions, BuildPlan, OutputMode
+from xcforge.plan.build_plan import BuildOptions, BuildPlan, OutputMode, cache_tag
 from xcforge.plan.render import render_target
 from xcforge.shell import DOCKER, run
 
@@ -271,7 +271,7 @@ def _run_target(pending: _Pending, builder: str | None) -> bake.RunTarget:
     platforms, part = pending.parts[builder]
     cache_ref = None
     if plan.output.pushes and plan.site.registry_cache:
-        cache_ref = f"{plan.image_repo.rsplit('/', 1)[0]}/{bake.cache_name(plan.target, platforms)}"
+        cache_ref = f"{plan.image_repo}:{cache_tag(platforms)}"
     return bake.RunTarget(
         name=plan.target.name,
         platforms=platforms,

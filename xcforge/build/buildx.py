@@ -212,12 +212,13 @@ def run_bake(
         for raw in proc.stdout:
             line = raw.rstrip("\n")
             tail.append(line)
-            owner, platform = _owner(line, owners, progress)
+            match = _VERTEX.match(line)
+            owner, platform = _owner(match, owners, progress)
             if owner is None and len(progress) == 1:
                 owner = targets[0]  # a lone target owns every line, step or not
             logs.write([owner] if owner else list(progress), line)
             if owner:
-                _account(progress[owner], line, platform)
+                _account(progress[owner], line, match, platform)
             if live_lines:
                 live_lines.draw()
             elif line.strip():
@@ -241,8 +242,9 @@ def run_bake(
     return BakeRun(proc.returncode, progress, list(tail), time.monotonic() - started)
 
 
-def _owner(line: str, owners: dict[str, tuple[str | None, str]], progress: dict[str, TargetProgress]):
-    match = _VERTEX.match(line)
+def _owner(match: re.Match | None, owners: dict[str, tuple[str | None, str]], progress: dict[str, TargetProgress]):
+    """(target, platform) of a step line from its `[target platform stage n/m]` name (remembered
+    by step number for the step's later lines); None for lines no step owns."""
     if not match:
         return None, ""
     vertex = match.group(1)
@@ -250,15 +252,12 @@ def _owner(line: str, owners: dict[str, tuple[str | None, str]], progress: dict[
     if name is not None:
         words = name.split()
         target = words.pop(0) if words and words[0] in progress and len(progress) > 1 else None
-        if target is None and len(progress) == 1:
-            target = next(iter(progress))
         platform = words[0] if words and words[0].startswith("linux/") else ""
         owners.setdefault(vertex, (target, platform))
     return owners.get(vertex, (None, ""))
 
 
-def _account(progress: TargetProgress, line: str, platform: str) -> None:
-    match = _VERTEX.match(line)
+def _account(progress: TargetProgress, line: str, match: re.Match | None, platform: str) -> None:
     progress.tail.append(line)
     if not match:
         progress.failed |= line.startswith("ERROR:")

@@ -180,9 +180,19 @@ def is_prerelease(version: str) -> bool:
     return Version(version).is_prerelease or Version(version).is_devrelease
 
 
+def image_name(target: Target) -> str:
+    """`vllm-<target>` or `llamacpp-<target>`: the repository name under any registry prefix."""
+    return f"{'vllm' if target.engine.is_vllm else 'llamacpp'}-{target.name}"
+
+
 def image_repository(target: Target, registry: str | None) -> str:
-    name = f"{'vllm' if target.engine.is_vllm else 'llamacpp'}-{target.name}"
+    name = image_name(target)
     return f"{registry.rstrip('/')}/{name}" if registry else f"xcforge/{name}"
+
+
+def cache_tag(platforms: tuple[str, ...]) -> str:
+    """The registry-cache tag of a platform set (split builds must not share one)."""
+    return f"buildcache-{'-'.join(p.split('/')[1] for p in platforms)}"
 
 
 def tags_for(matrix: Matrix, target: Target, revision: str) -> tuple[str, ...]:
