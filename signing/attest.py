@@ -40,6 +40,14 @@ from ocicore.registry import (
 )
 from signing import cosign_format, sm2, sm2_format
 from signing.cosign_keys import CosignPublicKey
+from signing.intoto import (  # noqa: F401  (statement and the predicates: re-exported for callers)
+    IN_TOTO_PAYLOAD_TYPE,
+    PROVENANCE_PREDICATES,
+    SBOM_PREDICATE,
+    STATEMENT_TYPE,
+    pae,
+    statement,
+)
 from signing.signers import Signer
 from signing.sm2_keys import Sm2PublicKey
 from signing.store import (
@@ -53,31 +61,12 @@ from signing.store import (
     write_detached_doc,
 )
 
-IN_TOTO_PAYLOAD_TYPE = "application/vnd.in-toto+json"
-STATEMENT_TYPE = "https://in-toto.io/Statement/v0.1"
 DSSE_MEDIA_TYPE = "application/vnd.dsse.envelope.v1+json"
 PREDICATE_ANNOTATION = "predicateType"
 TAG_SUFFIXES = {cosign_format.SCHEME: ".att", sm2_format.SCHEME: ".sm2att"}
 DETACHED_MEDIA_TYPE = "application/vnd.xcforge.detached-attestations.v1+json"
-SBOM_PREDICATE = "https://cyclonedx.org/bom"  # `cosign attest --type cyclonedx`
-# What BuildKit records with --provenance (v0.2 by default, v1 with `version=v1`).
-PROVENANCE_PREDICATES = ("https://slsa.dev/provenance/v0.2", "https://slsa.dev/provenance/v1")
 SBOM_TAG_SUFFIX = ".sbom"
 _MAX_ENVELOPE = 32 * 1024 * 1024
-
-
-def pae(payload_type: str, payload: bytes) -> bytes:
-    """DSSE v1 pre-authentication encoding: what a signature actually covers."""
-    kind = payload_type.encode("utf-8")
-    return b"DSSEv1 %d %s %d %s" % (len(kind), kind, len(payload), payload)
-
-
-def statement(predicate_type: str, predicate: Mapping[str, Any], subjects: Iterable[tuple[str, str]]) -> bytes:
-    """An in-toto statement about (name, sha256:<hex>) subjects."""
-    subject = [{"name": name, "digest": {"sha256": digest.split(":", 1)[1]}} for name, digest in subjects]
-    return canonical_json(
-        {"_type": STATEMENT_TYPE, "predicateType": predicate_type, "subject": subject, "predicate": predicate}
-    )
 
 
 def attestation_tag(digest: str, scheme: str) -> str:

@@ -1,18 +1,19 @@
 """The stage order of a build run, in one place: check → contexts → build → record → sign → smoke → report.
 
-Each stage is a function of the results of the one before; none of them imports a later one.
-The standalone `sign` and `smoke` commands call the same stage functions on recorded results.
+Each stage is a function of the results of the one before and returns its own: build → BuildResult
+per target, sign → SignOutcome, smoke → SmokeOutcome; the report stage puts them together
+(`with_outcomes`). None of them imports a later one, and none changes another's result. The
+standalone `sign` and `smoke` commands call the same stage functions on recorded results.
 """
 
 from __future__ import annotations
 
 from ocicore.errors import BuildFailed, ConfigError
-from xcforge.attest.sbom import preload
 from xcforge.build.builder import BuildRequest, build_all, check_rendered, merge_digests, prepare_contexts
-from xcforge.build.buildx import check_builder, say
-from xcforge.build.docker_env import check_docker
+from xcforge.build.buildx import check_builder, prefetch_node_platforms, say
+from xcforge.build.docker_env import check_docker, start_docker_check
 from xcforge.ci import actions as ci
-from xcforge.report.results import merge_into_report, print_table, write_reports
+from xcforge.report.results import merge_into_report, print_table, with_outcomes, write_reports
 from xcforge.sign.stage import record_builds, sign_results
 from xcforge.smoke.checks import smoke_results
 
@@ -40,28 +41,28 @@ def run_builds(request: BuildRequest) -> int:
     for plan in plans:
         if plan.blockers:
             raise ConfigError("\n".join(plan.blockers))
+    start_docker_check()  # answered while the files are checked and the contexts prepared
+    prefetch_node_platforms({b for plan in plans for b in request.builders_for(plan).values()})
     check_rendered(request.matrix, plans)
+    _, engine_hash = prepare_contexts(request.matrix, plans)
     env = check_docker()
     say(f"docker {env.server_version}, buildx {'.'.join(map(str, env.buildx_version))}, native {env.native_platform}")
     _check_builders(request)
-    _, engine_hash = prepare_contexts(request.matrix, plans)
 
-    preload()  # the SBOM libraries load while BuildKit builds
-    results = build_all(request, engine_hash)
-    failed = False
-    for result in results:
-        if result.error:
-            failed = True
-            ci.annotate_error(result.error)
+    builds = build_all(request, engine_hash)
+    for build in builds:
+        if build.error:
+            ci.annotate_error(build.error)
+    failed = any(build.error for build in builds)
 
-    record_builds(results, request.options.dist_dir)
-    if request.sign and not failed:
-        failed |= not sign_results(results, request)
-    if request.smoke and not failed:
-        failed |= not smoke_results(results, request)
+    record_builds(builds, request.options.dist_dir)
+    signed = sign_results(builds, request) if request.sign and not failed else []
+    failed |= any(outcome.error for outcome in signed)
+    smoked = smoke_results(builds, request) if request.smoke and not failed else []
+    failed |= any(outcome.error for outcome in smoked)
 
-    all_results = merge_into_report(results, request.options.dist_dir)
-    json_path, md_path = write_reports(all_results, request.options.dist_dir)
+    results = with_outcomes(builds, signed, smoked)
+    json_path, md_path = write_reports(merge_into_report(results, request.options.dist_dir), request.options.dist_dir)
     print_table(results)
     say(f"report: {json_path} and {md_path}")
     for result in results:

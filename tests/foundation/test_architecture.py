@@ -70,3 +70,44 @@ def test_the_pipeline_runs_the_stages_in_order():
     calls = ["build_all(", "record_builds(", "sign_results(", "smoke_results(", "write_reports("]
     positions = [source.index(call, source.index("def run_builds")) for call in calls]
     assert positions == sorted(positions)
+
+
+def test_the_three_packages_carry_the_version_pyproject_gives() -> None:
+    import tomllib
+
+    import ocicore
+    import xcforge
+
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert ocicore.__version__ == xcforge.__version__ == declared
+
+
+def test_sign_and_smoke_return_outcomes_instead_of_changing_build_records():
+    from dataclasses import fields
+
+    from xcforge.build.result import BuildResult
+
+    names = {f.name for f in fields(BuildResult)}
+    found = []
+    for stage in ("sign", "smoke"):
+        for path in sorted((ROOT / "xcforge" / stage).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                targets = (
+                    node.targets
+                    if isinstance(node, ast.Assign)
+                    else [node.target]
+                    if isinstance(node, ast.AugAssign)
+                    else []
+                )
+                for target in targets:
+                    if isinstance(target, ast.Attribute) and target.attr in names:
+                        found.append(f"{path.name}:{node.lineno} sets .{target.attr}")
+                if (
+                    isinstance(node, ast.Call)
+                    and isinstance(node.func, ast.Attribute)
+                    and node.func.attr in {"append", "extend", "update"}
+                    and isinstance(node.func.value, ast.Attribute)
+                    and node.func.value.attr in names
+                ):
+                    found.append(f"{path.name}:{node.lineno} changes .{node.func.value.attr}")
+    assert not found, found

@@ -23,7 +23,8 @@ from typing import Any
 
 from ocicore import layout, media
 from ocicore.errors import ConfigError
-from signing.attest import PROVENANCE_PREDICATES, SBOM_PREDICATE, statement
+from signing.intoto import PROVENANCE_PREDICATES, SBOM_PREDICATE, statement
+from xcforge import __version__
 from xcforge.attest import sbom
 
 RECORD = "attestations.json"  # what was written, so a skipped (unchanged) build can sign it again
@@ -58,7 +59,7 @@ def _layer_cache_key(layer: dict) -> str:
 def _layer_entries(reader, tar: tarfile.TarFile, layer: dict, cache: Path | None) -> sbom.LayerEntries:
     """One layer's SBOM-relevant entries, from `cache` when this layer was read before (a cached
     rebuild changes only its top layers)."""
-    path = cache / f"{_layer_cache_key(layer)}.json" if cache else None
+    path = cache / "layers" / f"{_layer_cache_key(layer)}.json" if cache else None
     if path and path.exists():
         try:
             return sbom.LayerEntries.from_json(path.read_text())
@@ -73,20 +74,45 @@ def _layer_entries(reader, tar: tarfile.TarFile, layer: dict, cache: Path | None
     return entries
 
 
+def _document_cache_path(cache: Path, repository: str, digest: str) -> Path:
+    """Where the SBOM of one platform manifest is kept. The document is a function of the manifest
+    (its layers and config are content-addressed by its digest), the repository it names and the
+    code that wrote it, so the same three give the same bytes, checked against the schema once."""
+    key = hashlib.sha256(f"{repository}@{digest} {_reader_version()} {__version__}".encode()).hexdigest()[:32]
+    return cache / "documents" / f"{key}{sbom.SUFFIX}"
+
+
+def _sbom_document(reader, tar: tarfile.TarFile, image, repository: str, cache: Path | None) -> tuple[bytes, int]:
+    """(CycloneDX document, component count) of one platform image."""
+    kept = _document_cache_path(cache, repository, image.digest) if cache else None
+    if kept and kept.exists():
+        document = kept.read_bytes()
+        try:
+            return document, len(json.loads(document).get("components") or [])
+        except ValueError:
+            pass  # unreadable: written again below
+    layers = (_layer_entries(reader, tar, layer, cache) for layer in image.manifest["layers"])
+    inventory = sbom.inventory(sbom.merge_layers(layers), image.platform)
+    subject = sbom.Subject(repository, image.digest, image.platform, str(image.config.get("created", "")))
+    document = sbom.document(inventory, subject)
+    if kept:
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        sbom.write(kept, document)
+    return document, len(inventory.packages)
+
+
 def write_attestations(
     archive: Path, out: Path, repository: str, *, cache: Path | None = None
 ) -> list[PlatformAttestations]:
     """SBOM and provenance of every platform in `archive` (an OCI-layout tar), written under `out`.
-    With `cache` (a directory), each layer is read once: what it holds is kept by its digest."""
+    With `cache` (a directory), each layer is read once (what it holds is kept by its digest) and
+    each platform manifest's SBOM is written once (a cached rebuild makes the same manifests)."""
     reader = layout.OciArchive(archive)
     written = []
     try:
         with tarfile.open(archive) as tar:
             for image in reader.platform_images(tar):
-                layers = (_layer_entries(reader, tar, layer, cache) for layer in image.manifest["layers"])
-                inventory = sbom.inventory(sbom.merge_layers(layers), image.platform)
-                subject = sbom.Subject(repository, image.digest, image.platform, str(image.config.get("created", "")))
-                document = sbom.document(inventory, subject)
+                document, components = _sbom_document(reader, tar, image, repository, cache)
                 sbom_path = out / layout.sbom_file_name(image.platform)
                 sbom.write(sbom_path, document)
                 provenance_path, provenance_type = None, None
@@ -104,7 +130,7 @@ def write_attestations(
                         str(sbom_path),
                         str(provenance_path) if provenance_path else None,
                         provenance_type,
-                        len(inventory.packages),
+                        components,
                     )
                 )
     except (tarfile.TarError, OSError, KeyError, ValueError) as exc:

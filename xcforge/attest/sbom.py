@@ -23,7 +23,6 @@ import json
 import posixpath
 import re
 import tarfile
-import threading
 import uuid
 import zlib
 from collections import Counter
@@ -303,20 +302,6 @@ def _bom_ref(package: Package) -> str:
     # Unique per place found: the same distribution can sit in two environments (or twice in one).
     where = f"#{package.source}" if package.ecosystem == "pypi" else ""
     return f"{package.purl}{where}"
-
-
-def preload() -> threading.Thread:
-    """Import the CycloneDX model and its schema validator in the background (jsonschema's format
-    checkers compile their grammars at import: about a second), so that a build overlaps that with
-    BuildKit's work instead of waiting for it after the export."""
-
-    def load() -> None:
-        import cyclonedx.output.json
-        import cyclonedx.validation.json  # noqa: F401
-
-    thread = threading.Thread(target=load, name="sbom-preload", daemon=True)
-    thread.start()
-    return thread
 
 
 def document(inv: Inventory, subject: Subject) -> bytes:

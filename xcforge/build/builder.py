@@ -25,6 +25,7 @@ from ocicore.errors import BuildFailed, ConfigError, RegistryError, RenderError,
 from ocicore.layout import attestation_dir, merge_archives
 from ocicore.push import push_layout
 from ocicore.registry import RegistryClient, parse_reference
+from xcforge import files
 from xcforge.attest import sbom
 from xcforge.attest.attestations import load_recorded, write_attestations
 from xcforge.build import bake
@@ -475,17 +476,25 @@ def _finish(
     digest, _ = archive.top_index()
     result.digest = digest
     result.platforms = [PlatformResult(p, d, s) for p, (d, s) in sorted(archive.platforms().items())]
+    source = partial
+    if not plan.output.pushes:
+        # The archive is whole and its digest checked (_assemble): it takes its final name now, so
+        # that the old one is freed while the SBOM is written. Its record goes first and comes back
+        # last: until then the archive counts as not built (the next run builds it again).
+        assert plan.archive_path and record_path
+        record_path.unlink(missing_ok=True)
+        files.replace(partial, plan.archive_path)
+        source = plan.archive_path
     say(f"[{plan.target.name}] reading each platform's package databases for its SBOM")
     sbom_started = time.monotonic()
-    cache = plan.dist_dir / ".cache" / "sbom-layers"
-    written = write_attestations(partial, _attestation_dir(plan), plan.image_repo, cache=cache)
+    cache = plan.dist_dir / ".cache" / "sbom"
+    written = write_attestations(source, _attestation_dir(plan), plan.image_repo, cache=cache)
     result.attestations = [w.as_dict() for w in written]
     for entry in written:
         say(f"[{plan.target.name}] SBOM {entry.platform}: {entry.components} components → {entry.sbom}")
     say(f"[{plan.target.name}] SBOMs and provenance written in {time.monotonic() - sbom_started:.1f} s")
     if not plan.output.pushes:
         assert plan.archive_path and record_path
-        partial.replace(plan.archive_path)
         result.archive = str(plan.archive_path)
         result.refs = list(plan.refs)
         # Operators `docker load` this same file. The local engine has the image already when BuildKit

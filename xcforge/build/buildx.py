@@ -19,6 +19,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -59,10 +60,7 @@ def builder_flags(builder: str | None) -> list[str]:
     return ["--builder", builder] if builder and not is_context(builder) else []
 
 
-@functools.cache
-def node_platforms(builder: str | None) -> tuple[str, ...]:
-    """The platforms of a builder's nodes, native first (buildx lists a node's own platform first,
-    then what binfmt/QEMU adds): how the report tells native from emulated builds."""
+def _inspect_nodes(builder: str | None) -> tuple[str, ...]:
     cmd = [*buildx_base(builder), "inspect", *builder_flags(builder)]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
@@ -74,6 +72,39 @@ def node_platforms(builder: str | None) -> tuple[str, ...]:
             if listed:
                 natives.append(listed[0])
     return tuple(natives)
+
+
+_NODE_PLATFORMS: dict[str | None, Future[tuple[str, ...]]] = {}
+_NODE_PLATFORMS_LOCK = threading.Lock()
+
+
+def prefetch_node_platforms(builders: Iterable[str | None]) -> None:
+    """Ask the builders for their nodes now, in the background: the answer (0.1 s of `buildx
+    inspect` each) is only needed for the report, after the bake, and is ready by then."""
+    for builder in builders:
+        _node_platforms_future(builder)
+
+
+def _node_platforms_future(builder: str | None) -> Future[tuple[str, ...]]:
+    with _NODE_PLATFORMS_LOCK:
+        if builder not in _NODE_PLATFORMS:
+            future: Future[tuple[str, ...]] = Future()
+            _NODE_PLATFORMS[builder] = future
+            threading.Thread(target=_resolve, args=(future, builder), name="buildx-inspect", daemon=True).start()
+        return _NODE_PLATFORMS[builder]
+
+
+def _resolve(future: Future[tuple[str, ...]], builder: str | None) -> None:
+    try:
+        future.set_result(_inspect_nodes(builder))
+    except Exception as exc:  # handed to whoever asks, in its thread
+        future.set_exception(exc)
+
+
+def node_platforms(builder: str | None) -> tuple[str, ...]:
+    """The platforms of a builder's nodes, native first (buildx lists a node's own platform first,
+    then what binfmt/QEMU adds): how the report tells native from emulated builds."""
+    return _node_platforms_future(builder).result()
 
 
 def check_builder(builder: str, platforms: Iterable[str]) -> str | None:

@@ -22,27 +22,64 @@ class DockerEnvironment:
     native_platform: str
 
 
-def _capture(argv: list[str]) -> subprocess.CompletedProcess:
+def _start(argv: list[str]) -> subprocess.Popen:
     echo(argv)
     try:
-        return subprocess.run(argv, capture_output=True, text=True, timeout=60)
+        return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     except FileNotFoundError:
         raise EnvironmentProblem(f"'{argv[0]}' is not installed; {REMEDY}") from None
+
+
+def _wait(proc: subprocess.Popen) -> subprocess.CompletedProcess:
+    try:
+        stdout, stderr = proc.communicate(timeout=60)
     except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
         raise EnvironmentProblem(
-            f"`{' '.join(argv[:3])}` did not answer within 60 s; is dockerd hung? {REMEDY}"
+            f"`{' '.join(proc.args[:3])}` did not answer within 60 s; is dockerd hung? {REMEDY}"
         ) from None
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+
+
+class _DockerCheck:
+    """The two questions asked at once, answered when first read."""
+
+    def __init__(self) -> None:
+        self._info = _start([DOCKER, "info", "--format", "{{json .}}"])
+        self._buildx = _start([DOCKER, "buildx", "version"])
+        self._answer: DockerEnvironment | None = None
+
+    def result(self) -> DockerEnvironment:
+        if self._answer is None:
+            self._answer = _environment(_wait(self._info), _wait(self._buildx))
+        return self._answer
+
+
+_check: _DockerCheck | None = None
+
+
+def start_docker_check() -> None:
+    """Ask now, read later: each question is a tenth of a second or two of CLI start-up, so a build
+    asks them as soon as it has a plan and reads the answers once its own checks are done."""
+    global _check
+    if _check is None:
+        _check = _DockerCheck()
 
 
 def check_docker() -> DockerEnvironment:
-    info = _capture([DOCKER, "info", "--format", "{{json .}}"])
+    start_docker_check()
+    assert _check is not None
+    return _check.result()
+
+
+def _environment(info: subprocess.CompletedProcess, buildx: subprocess.CompletedProcess) -> DockerEnvironment:
     if info.returncode != 0:
         detail = (info.stderr.strip().splitlines() or ["no output"])[-1]
         raise EnvironmentProblem(f"the Docker engine is not reachable ({detail}); {REMEDY}")
     data = json.loads(info.stdout or "{}")
     driver_status = json.dumps(data.get("DriverStatus") or [])
     containerd_store = "io.containerd.snapshotter" in driver_status or data.get("Driver") in {"overlayfs", "stargz"}
-    buildx = _capture([DOCKER, "buildx", "version"])
     if buildx.returncode != 0:
         raise EnvironmentProblem(f"docker buildx is missing (`{DOCKER} buildx version` failed); {REMEDY}")
     match = re.search(r"v?(\d+)\.(\d+)(?:\.(\d+))?", buildx.stdout)

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from ocicore.errors import ConfigError
+from xcforge.build.docker_env import start_docker_check
 from xcforge.commands._targets import add_target_arguments, selected_targets
 from xcforge.config.matrix import load_matrix
 from xcforge.config.site import BUILDER_NAME_RE, load_site
@@ -161,6 +162,7 @@ def run_build(args: argparse.Namespace) -> int:
             print(f"# ---- Dockerfile ({plan.dockerfile}):")
             sys.stdout.write(render_target(matrix, plan.target).text)
         return 0
+    start_docker_check()  # the engine answers while the build stages load
     from xcforge.build.builder import BuildRequest
     from xcforge.pipeline import run_builds
 

@@ -11,8 +11,8 @@ from xcforge.build.docker_env import check_docker
 from xcforge.commands._paths import blocking_file
 from xcforge.config.matrix import load_matrix
 from xcforge.paths import DIST_DIR
-from xcforge.report.results import load_results, print_table, write_reports
-from xcforge.smoke.checks import FAIL, SmokeSubject, device_flags, record_smoke, run_smoke
+from xcforge.report.results import load_results, print_table, with_outcomes, write_reports
+from xcforge.smoke.checks import SmokeSubject, device_flags, run_smoke, smoke_outcome
 
 _DIGEST_RE = re.compile(r"@sha256:[0-9a-f]{64}$")
 
@@ -88,16 +88,17 @@ def run(args: argparse.Namespace) -> int:
         platforms = tuple(p for p in platforms if p == native)
     subject = SmokeSubject(target, ref, platforms, native, engine_install, archive, flags)
     checks = run_smoke(subject, serve=args.serve, model_dir=args.model)
+    outcome = smoke_outcome(target.name, checks, device=bool(flags))
     if record is not None:
-        record_smoke(record, checks, device=bool(flags))
-        write_reports(results, args.dist)
-        print_table([record])
-    failed = [c for c in checks if c.status == FAIL]
+        [updated] = with_outcomes([record], smoked=[outcome])
+        write_reports([updated if r is record else r for r in results], args.dist)
+        print_table([updated])
+    failed = outcome.failed
     passed = sum(1 for c in checks if c.status == "pass")
     skipped = sum(1 for c in checks if c.status == "skip")
     print(f"smoke {target.name}: {passed} passed, {len(failed)} failed, {skipped} skipped")
     if failed:
         raise SmokeFailed(
-            f"{len(failed)} smoke check(s) failed for {target.name}: " + ", ".join(c.check for c in failed)
+            f"{len(failed)} smoke check(s) failed for {target.name}: " + ", ".join(c["check"] for c in failed)
         )
     return 0

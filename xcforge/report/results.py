@@ -1,24 +1,66 @@
 """Build results → the summary a person reads and the JSON a machine reads.
 
 Written to dist/report.json and dist/report.md, appended to $GITHUB_STEP_SUMMARY in Actions, and
-printed as a table. Later steps (signing, smoke tests) add their results to the same records.
+printed as a table. The report is where the stages' results meet: `with_outcomes` puts each build
+record together with what the sign and smoke stages returned for it (report.json keeps one record
+per target, as before).
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import sys
+from collections.abc import Iterable
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.table import Table
 
-from ocicore.errors import ConfigError
+from ocicore.errors import ConfigError, SmokeFailed
 from xcforge.build.result import BuildResult, PlatformResult
 from xcforge.ci import actions as ci
 
+if TYPE_CHECKING:
+    from xcforge.sign.stage import SignOutcome
+    from xcforge.smoke.checks import SmokeOutcome
+
 REPORT_SCHEMA = 1
+
+
+def with_outcomes(
+    builds: Iterable[BuildResult], signed: Iterable[SignOutcome] = (), smoked: Iterable[SmokeOutcome] = ()
+) -> list[BuildResult]:
+    """The report's records: each build record with its target's sign and smoke outcomes. New
+    records; the build stage's own are left as they were.
+
+    The first error stands (a target whose signing failed is not smoke-tested). A smoke error is
+    the verdict of the last smoke run, so a later passing `smoke` clears an earlier one.
+    """
+    by_sign = {o.target: o for o in signed}
+    by_smoke = {o.target: o for o in smoked}
+    records = []
+    for build in builds:
+        record = copy.deepcopy(build)
+        sign = by_sign.get(build.target)
+        if sign is not None:
+            record.signatures = [*record.signatures, *sign.signatures]
+            record.notes = [*record.notes, *sign.notes]
+            if sign.error and not record.error:
+                record.error, record.error_code = sign.error, sign.error_code
+        smoke = by_smoke.get(build.target)
+        if smoke is not None:
+            record.smoke = [dict(check) for check in smoke.checks]
+            for platform, level in smoke.levels:
+                record.raise_level(platform, level)
+            if smoke.error and not record.error:
+                record.error, record.error_code = smoke.error, smoke.error_code
+            elif not smoke.error and record.error_code == SmokeFailed.exit_code:
+                record.error, record.error_code = None, 0
+        records.append(record)
+    return records
 
 
 def format_bytes(n: float | None) -> str:

@@ -130,7 +130,20 @@ def _build_subject(result: BuildResult) -> SignSubject:
     )
 
 
-def sign_results(results: list[BuildResult], request) -> bool:
+@dataclass(frozen=True)
+class SignOutcome:
+    """The sign stage's result for one built target: the signatures and attestations it wrote (as
+    the report lists them), notes, and the error that stopped it. The build record is not touched:
+    the report stage puts the two together (xcforge/report/results.py)."""
+
+    target: str
+    signatures: tuple[dict[str, Any], ...] = ()
+    notes: tuple[str, ...] = ()
+    error: str | None = None
+    error_code: int = 0
+
+
+def sign_results(results: list[BuildResult], request) -> list[SignOutcome]:
     """The sign stage of `build --sign`: each built result's digests, SBOMs and provenance."""
     from xcforge.sign.keys import load_cosign_signing_key, load_sm2_signing_key
 
@@ -142,22 +155,25 @@ def sign_results(results: list[BuildResult], request) -> bool:
     if not keys.any_key and not keys.keyless:
         raise ConfigError("--sign needs --sm2-key and/or --cosign-key (or $XCFORGE_SM2_KEY / $XCFORGE_COSIGN_KEY)")
     audit = audit_log(request.options.dist_dir)
-    ok = True
+    outcomes = []
     for result in results:
         if result.error or not result.digest:
             continue
+        notes = []
         if keys.any_key and not result.attestations:
-            result.notes.append("no SBOM/provenance recorded for this build (rebuild with --force to attest it)")
+            notes.append("no SBOM/provenance recorded for this build (rebuild with --force to attest it)")
+        signatures: list[dict[str, Any]] = []
+        error, error_code = None, 0
         try:
             for record in sign_subject(_build_subject(result), keys, audit):
                 entry = _as_report_entry(record)
                 entry.setdefault("digest", result.digest)
-                result.signatures.append(entry)
+                signatures.append(entry)
         except XcforgeError as exc:
-            ok = False
-            result.error, result.error_code = f"signing failed: {exc.message}", exc.exit_code
-            print(f"error: {result.target}: {result.error}", file=sys.stderr)
-    return ok
+            error, error_code = f"signing failed: {exc.message}", exc.exit_code
+            print(f"error: {result.target}: {error}", file=sys.stderr)
+        outcomes.append(SignOutcome(result.target, tuple(signatures), tuple(notes), error, error_code))
+    return outcomes
 
 
-__all__ = ["SignSubject", "SigningKeys", "audit_log", "record_builds", "sign_results", "sign_subject"]
+__all__ = ["SignOutcome", "SignSubject", "SigningKeys", "audit_log", "record_builds", "sign_results", "sign_subject"]

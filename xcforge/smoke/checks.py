@@ -25,8 +25,10 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from ocicore import layout, registry
+from ocicore.errors import SmokeFailed
 from xcforge.config.matrix import Target
 from xcforge.paths import REPO_ROOT
 from xcforge.shell import run
@@ -568,22 +570,41 @@ def _serve_or_skip(subject: SmokeSubject, model_dir: Path | None) -> list[SmokeC
     return checks + check_serve(subject, model_dir)
 
 
-def record_smoke(result, checks: list, *, device: bool) -> list:
-    """The smoke stage's checks into the build record; a served completion raises that platform to
-    served-cpu (device-tested on the device runner). Returns the failed checks."""
-    result.smoke = [asdict(c) for c in checks]
-    for check in checks:
-        if check.check.startswith("serve") and check.status == PASS:
-            result.raise_level(check.platform, "device-tested" if device else "served-cpu")
-    return [c for c in checks if c.status == FAIL]
+@dataclass(frozen=True)
+class SmokeOutcome:
+    """The smoke stage's result for one image: its checks (as the report lists them), the
+    verification level each served platform reached, and the error when a check failed. The build
+    record is not touched: the report stage puts the two together (xcforge/report/results.py)."""
+
+    target: str
+    checks: tuple[dict[str, Any], ...]
+    levels: tuple[tuple[str, str], ...] = ()  # (platform, level) proven by a served completion
+    error: str | None = None
+    error_code: int = 0
+
+    @property
+    def failed(self) -> list[dict[str, Any]]:
+        return [c for c in self.checks if c["status"] == FAIL]
 
 
-def smoke_results(results, request) -> bool:
-    """Builder hook: smoke-test every built or skipped result; record checks in the report."""
+def smoke_outcome(target: str, checks: list, *, device: bool) -> SmokeOutcome:
+    """Checks → outcome: a served completion raises its platform to served-cpu (device-tested on
+    the device runner); a failed check is the outcome's error (exit code 9, as SmokeFailed)."""
+    level = "device-tested" if device else "served-cpu"
+    levels = tuple((c.platform, level) for c in checks if c.check.startswith("serve") and c.status == PASS)
+    failed = [c for c in checks if c.status == FAIL]
+    error = None
+    if failed:
+        error = f"{len(failed)} smoke check(s) failed: " + ", ".join(f"{c.check} ({c.platform})" for c in failed[:5])
+    return SmokeOutcome(target, tuple(asdict(c) for c in checks), levels, error, SmokeFailed.exit_code if failed else 0)
+
+
+def smoke_results(results, request) -> list[SmokeOutcome]:
+    """The smoke stage of `build --smoke`: every built or skipped result, one outcome each."""
     from xcforge.build.docker_env import check_docker
 
     native = check_docker().native_platform
-    ok = True
+    outcomes = []
     for result in results:
         if result.error or not result.digest:
             continue
@@ -597,12 +618,5 @@ def smoke_results(results, request) -> bool:
             engine_install=result.engine_install,
             archive=Path(result.archive) if result.archive else None,
         )
-        checks = run_smoke(subject)
-        failed = record_smoke(result, checks, device=bool(subject.device_flags))
-        if failed:
-            ok = False
-            result.error_code = 9
-            result.error = f"{len(failed)} smoke check(s) failed: " + ", ".join(
-                f"{c.check} ({c.platform})" for c in failed[:5]
-            )
-    return ok
+        outcomes.append(smoke_outcome(result.target, run_smoke(subject), device=bool(subject.device_flags)))
+    return outcomes
