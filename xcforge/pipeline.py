@@ -10,12 +10,17 @@ from __future__ import annotations
 
 from ocicore.errors import BuildFailed, ConfigError
 from xcforge.build.builder import BuildRequest, build_all, check_rendered, merge_digests, prepare_contexts
-from xcforge.build.buildx import check_builder, prefetch_node_platforms, say
+from xcforge.build.buildx import check_builder, prefetch_nodes, say
 from xcforge.build.docker_env import check_docker, start_docker_check
 from xcforge.ci import actions as ci
 from xcforge.report.results import merge_into_report, print_table, with_outcomes, write_reports
 from xcforge.sign.stage import record_builds, sign_results
 from xcforge.smoke.checks import smoke_results
+
+
+def _describe(node) -> str:
+    declared = f", sent {'/'.join(node.declared)}" if node.declared else ""
+    return f"{node.name} (own platform {node.native or '?'}{declared})"
 
 
 def _check_builders(request: BuildRequest) -> None:
@@ -32,8 +37,9 @@ def _check_builders(request: BuildRequest) -> None:
                 f"builder {builder} (for {', '.join(sorted(platforms))}) is not usable: {problem}; "
                 "create it with `docker buildx create --name " + builder + " ...` or fix `builders` in the site"
             )
-        native = ", ".join(request.node_platforms(builder)) or "?"
-        say(f"builder {builder}: {native} native, for {', '.join(sorted(platforms))}")
+        nodes = request.nodes(builder)
+        described = ", ".join(_describe(node) for node in nodes) or "?"
+        say(f"builder {builder}: {len(nodes)} node(s): {described}; builds {', '.join(sorted(platforms))}")
 
 
 def run_builds(request: BuildRequest) -> int:
@@ -42,7 +48,7 @@ def run_builds(request: BuildRequest) -> int:
         if plan.blockers:
             raise ConfigError("\n".join(plan.blockers))
     start_docker_check()  # answered while the files are checked and the contexts prepared
-    prefetch_node_platforms({b for plan in plans for b in request.builders_for(plan).values()})
+    prefetch_nodes({b for plan in plans for b in request.builders_for(plan).values()})
     check_rendered(request.matrix, plans)
     _, engine_hash = prepare_contexts(request.matrix, plans)
     env = check_docker()

@@ -18,6 +18,7 @@ import time
 from configparser import ConfigParser
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 from urllib.parse import quote, urlsplit, urlunsplit
 
 from ocicore import layout, registry
@@ -29,7 +30,16 @@ from xcforge import files
 from xcforge.attest import sbom
 from xcforge.attest.attestations import load_recorded, write_attestations
 from xcforge.build import bake
-from xcforge.build.buildx import RETRYABLE, bake_command, failure_reason, node_platforms, run_bake, say
+from xcforge.build.buildx import (
+    RETRYABLE,
+    BuilderNode,
+    bake_command,
+    builder_nodes,
+    failure_reason,
+    node_for,
+    run_bake,
+    say,
+)
 from xcforge.build.engine_wheel import ensure_engine_wheel
 from xcforge.build.fingerprint import build_fingerprint, hash_tree
 from xcforge.build.result import BuildResult, PlatformResult
@@ -64,8 +74,23 @@ class BuildRequest:
             return dict.fromkeys(plan.platforms, self.builder)
         return {p: plan.site.builders.get(p) for p in plan.platforms}
 
-    def node_platforms(self, builder: str | None) -> tuple[str, ...]:
-        return node_platforms(builder)
+    def nodes(self, builder: str | None) -> tuple[BuilderNode, ...]:
+        return builder_nodes(builder)
+
+
+class Lane(NamedTuple):
+    """Where one bake runs: a builder (None: the current one) and, on a multi-node builder, the
+    one platform it builds. buildx exports an OCI archive from one node only ("oci for multi-node
+    builds currently not supported"), so each platform of a multi-node builder gets its own bake
+    (buildx still picks the node by platform) and the parts are merged by digest."""
+
+    builder: str | None
+    platform: str | None = None
+
+    @property
+    def label(self) -> str:
+        name = self.builder or "default"
+        return f"{name}-{self.platform.split('/', 1)[1].replace('/', '-')}" if self.platform else name
 
 
 # --------------------------------------------------------------------------- inputs
@@ -186,13 +211,15 @@ class _Pending:
     work: Path  # private temp dir: generated secrets, metadata
     secret_files: dict[str, Path]
     partial: Path  # the archive being written (renamed or pushed when complete)
-    parts: dict[str | None, tuple[tuple[str, ...], Path]]  # builder → (its platforms, its archive)
+    parts: dict[Lane, tuple[tuple[str, ...], Path]]  # lane → (its platforms, its archive)
     started: float
-    failed_builders: list[str | None] = field(default_factory=list)
-    reported: dict[str | None, dict] = field(default_factory=dict)  # builder → bake's --metadata-file entry
+    failed_lanes: list[Lane] = field(default_factory=list)
+    reported: dict[Lane, dict] = field(default_factory=dict)  # lane → bake's --metadata-file entry
 
 
-def _prepare(plan: BuildPlan, builders: dict[str, str | None], engine_hash: str, force: bool) -> BuildResult | _Pending:
+def _prepare(
+    plan: BuildPlan, builders: dict[str, str | None], engine_hash: str, force: bool, multi_node: set[str]
+) -> BuildResult | _Pending:
     """Base facts, fingerprint and the skip check; what a build will need if it is not skipped."""
     started = time.monotonic()
     name = plan.target.name
@@ -255,21 +282,23 @@ def _prepare(plan: BuildPlan, builders: dict[str, str | None], engine_hash: str,
     )
     partial = final_archive.with_name(final_archive.name + ".partial")
     partial.parent.mkdir(parents=True, exist_ok=True)
-    by_builder: dict[str | None, list[str]] = {}
+    by_lane: dict[Lane, list[str]] = {}
     for platform in plan.platforms:
-        by_builder.setdefault(builders.get(platform), []).append(platform)
-    parts: dict[str | None, tuple[tuple[str, ...], Path]] = {}
-    for builder, platforms in by_builder.items():
-        # One builder writes the archive itself; several write one part each, merged by digest.
-        part = partial if len(by_builder) == 1 else partial.with_name(f"{partial.name}.{builder or 'default'}")
+        builder = builders.get(platform)
+        lane = Lane(builder, platform if builder in multi_node else None)
+        by_lane.setdefault(lane, []).append(platform)
+    parts: dict[Lane, tuple[tuple[str, ...], Path]] = {}
+    for lane, platforms in by_lane.items():
+        # One lane writes the archive itself; several write one part each, merged by digest.
+        part = partial if len(by_lane) == 1 else partial.with_name(f"{partial.name}.{lane.label}")
         part.unlink(missing_ok=True)
-        parts[builder] = (tuple(platforms), part)
+        parts[lane] = (tuple(platforms), part)
     return _Pending(plan, result, build_args, record_path, work, secret_files, partial, parts, started)
 
 
-def _run_target(pending: _Pending, builder: str | None) -> bake.RunTarget:
+def _run_target(pending: _Pending, lane: Lane) -> bake.RunTarget:
     plan = pending.plan
-    platforms, part = pending.parts[builder]
+    platforms, part = pending.parts[lane]
     cache_ref = None
     if plan.output.pushes and plan.site.registry_cache:
         cache_ref = f"{plan.image_repo}:{cache_tag(platforms)}"
@@ -279,25 +308,25 @@ def _run_target(pending: _Pending, builder: str | None) -> bake.RunTarget:
         args=pending.build_args,
         contexts=dict(plan.named_contexts),
         context=plan.context,
-        outputs=_outputs(pending, builder, part),
+        outputs=_outputs(pending, lane, part),
         secrets=pending.secret_files,
         cache_ref=cache_ref,
     )
 
 
-def _outputs(pending: _Pending, builder: str | None, part: Path) -> tuple[str, ...]:
+def _outputs(pending: _Pending, lane: Lane, part: Path) -> tuple[str, ...]:
     """The archive always; for an archive build on the local engine's own builder also the engine's
     image store, from the same export (BuildKit's second exporter), so no `docker load` follows."""
     plan = pending.plan
     outputs = [output_spec(plan, part)]
-    if _exports_to_engine(pending, builder):
+    if _exports_to_engine(pending, lane):
         names = ",".join(plan.refs) if plan.refs else plan.image_repo
         outputs.append(f'type=image,"name={names}",oci-mediatypes=true')
     return tuple(outputs)
 
 
-def _exports_to_engine(pending: _Pending, builder: str | None) -> bool:
-    return not pending.plan.output.pushes and builder is None and len(pending.parts) == 1
+def _exports_to_engine(pending: _Pending, lane: Lane) -> bool:
+    return not pending.plan.output.pushes and lane.builder is None and len(pending.parts) == 1
 
 
 def output_spec(plan: BuildPlan, archive: Path) -> str:
@@ -307,15 +336,15 @@ def output_spec(plan: BuildPlan, archive: Path) -> str:
     return f'type=oci,dest={archive},"name={names}"'
 
 
-def _bake_on(builder: str | None, pendings: list[_Pending], request: BuildRequest, run_dir: Path) -> None:
-    """One builder's share of the graph in one bake (one BuildKit session); with --keep-going,
+def _bake_on(lane: Lane, pendings: list[_Pending], request: BuildRequest, run_dir: Path) -> None:
+    """One lane's share of the graph in one bake (one BuildKit session); with --keep-going,
     the targets a failure cancelled are baked again (their finished steps are cache hits)."""
     remaining = list(pendings)
     attempt = 0
-    label = builder or "default"
+    builder, label = lane.builder, lane.label
     while remaining:
         attempt += 1
-        runs = [_run_target(p, builder) for p in remaining]
+        runs = [_run_target(p, lane) for p in remaining]
         run_file = bake.write_run_file(run_dir / f"run-{label}-{attempt}.json", runs)
         metadata = run_dir / f"metadata-{label}-{attempt}.json"
         names = [r.name for r in runs]
@@ -339,7 +368,7 @@ def _bake_on(builder: str | None, pendings: list[_Pending], request: BuildReques
         if outcome.returncode == 0:
             reported = json.loads(metadata.read_text()) if metadata.exists() else {}
             for pending in remaining:
-                pending.reported[builder] = reported.get(pending.plan.target.name, {})
+                pending.reported[lane] = reported.get(pending.plan.target.name, {})
             return
         failed = [p for p in remaining if outcome.targets[p.plan.target.name].failed]
         tails = "\n".join(line for p in failed for line in list(outcome.targets[p.plan.target.name].tail)[-15:])
@@ -357,17 +386,17 @@ def _bake_on(builder: str | None, pendings: list[_Pending], request: BuildReques
                 error = RegistryError(f"{name}: registry error after {attempt} attempts: {reason}")
             elif builder and _builder_unreachable(reason):
                 error = BuildFailed(
-                    f"{name}: builder {builder} for {', '.join(pending.parts[builder][0])} is not usable: {reason}; "
+                    f"{name}: builder {builder} for {', '.join(pending.parts[lane][0])} is not usable: {reason}; "
                     "check `docker buildx inspect " + builder + "` and the site's `builders`"
                 )
             else:
                 error = BuildFailed(f"{name}: build failed{where}: {reason}")
             pending.result.error, pending.result.error_code = error.message, error.exit_code
-            pending.failed_builders.append(builder)
+            pending.failed_lanes.append(lane)
         remaining = [p for p in remaining if p not in failed]
         if remaining and not request.keep_going:
             for pending in remaining:
-                pending.failed_builders.append(builder)
+                pending.failed_lanes.append(lane)
                 pending.result.notes.append("not built: the bake stopped at the first failure (--keep-going goes on)")
             say(f"[{label}] stopped after the first failure; --keep-going builds the other targets")
             return
@@ -385,8 +414,9 @@ def build_all(request: BuildRequest, engine_hash: str) -> list[BuildResult]:
     pendings: list[_Pending] = []
     for plan in request.plans:
         builders = request.builders_for(plan)
+        multi_node = {b for b in set(builders.values()) if b and len(request.nodes(b)) > 1}
         try:
-            prepared = _prepare(plan, builders, engine_hash, request.options.force)
+            prepared = _prepare(plan, builders, engine_hash, request.options.force, multi_node)
         except XcforgeError as exc:
             prepared = _result(plan, "failed")
             prepared.error, prepared.error_code = exc.message, exc.exit_code
@@ -399,18 +429,18 @@ def build_all(request: BuildRequest, engine_hash: str) -> list[BuildResult]:
     run_dir = request.options.dist_dir / "bake"
     try:
         if (pendings and not any(r.error for r in results.values())) or request.keep_going:
-            by_builder: dict[str | None, list[_Pending]] = {}
+            by_lane: dict[Lane, list[_Pending]] = {}
             for pending in pendings:
-                for builder in pending.parts:
-                    by_builder.setdefault(builder, []).append(pending)
-            # Builders are separate machines: their bakes run at the same time.
-            with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(by_builder))) as pool:
-                futures = [pool.submit(_bake_on, b, ps, request, run_dir) for b, ps in by_builder.items()]
+                for lane in pending.parts:
+                    by_lane.setdefault(lane, []).append(pending)
+            # Lanes are separate machines (builders, or the nodes of one): their bakes run at once.
+            with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(by_lane))) as pool:
+                futures = [pool.submit(_bake_on, lane, ps, request, run_dir) for lane, ps in by_lane.items()]
                 for future in futures:
                     future.result()
         for pending in pendings:
             name = pending.plan.target.name
-            if pending.failed_builders:
+            if pending.failed_lanes:
                 if pending.result.error:
                     results[name] = pending.result
                 continue
@@ -436,9 +466,9 @@ def build_all(request: BuildRequest, engine_hash: str) -> list[BuildResult]:
 
 def _assemble(pending: _Pending) -> None:
     """Check each archive against the digest bake reported for it (`--metadata-file`); several
-    builders' archives → one archive with one index (platform manifests by digest)."""
-    for builder, (platforms, part) in pending.parts.items():
-        reported = pending.reported.get(builder, {}).get("containerimage.digest")
+    lanes' archives → one archive with one index (platform manifests by digest)."""
+    for lane, (platforms, part) in pending.parts.items():
+        reported = pending.reported.get(lane, {}).get("containerimage.digest")
         written, _ = layout.OciArchive(part).top_index()
         if reported and reported != written:
             raise BuildFailed(
@@ -455,11 +485,15 @@ def _assemble(pending: _Pending) -> None:
 
 
 def _record_where(pending: _Pending, request: BuildRequest) -> None:
+    """Each platform's builder and node, and whether that node's own platform it is (native) or it
+    ran under QEMU: what the worker reports as its own platform, not what the node was declared for."""
     for platform_result in pending.result.platforms:
         builder = request.builders_for(pending.plan).get(platform_result.platform)
-        node = request.node_platforms(builder)
-        platform_result.builder = builder or "default"
-        platform_result.native = platform_result.platform in node[:1]
+        nodes = request.nodes(builder)
+        node = node_for(nodes, platform_result.platform)
+        where = builder or "default"
+        platform_result.builder = f"{where} (node {node.name})" if node and len(nodes) > 1 else where
+        platform_result.native = bool(node and node.native == platform_result.platform)
     emulated = [p.platform for p in pending.result.platforms if not p.native]
     if emulated:
         pending.result.notes.append(f"emulated (QEMU): {', '.join(emulated)}")

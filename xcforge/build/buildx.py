@@ -60,51 +60,89 @@ def builder_flags(builder: str | None) -> list[str]:
     return ["--builder", builder] if builder and not is_context(builder) else []
 
 
-def _inspect_nodes(builder: str | None) -> tuple[str, ...]:
+@dataclass(frozen=True)
+class BuilderNode:
+    """One node of a buildx builder, as `buildx inspect` lists it."""
+
+    name: str
+    declared: tuple[str, ...]  # platforms given with `buildx create --platform` (starred): buildx sends those here
+    native: str | None  # the worker's own platform: the first it reports itself (the rest is QEMU)
+
+    def builds(self, platform: str) -> bool:
+        return platform in self.declared
+
+
+def parse_nodes(inspect_output: str) -> tuple[BuilderNode, ...]:
+    nodes: list[BuilderNode] = []
+    name = None
+    in_nodes = False
+    for line in inspect_output.splitlines():
+        key, _, value = line.partition(":")
+        key, value = key.strip(), value.strip()
+        if key == "Nodes" and not value:
+            in_nodes = True
+        elif key == "Name" and (in_nodes or not nodes):
+            name = value
+        elif key == "Platforms" and name is not None:
+            listed = [p.strip() for p in value.split(",") if p.strip()]
+            declared = tuple(p.rstrip("*") for p in listed if p.endswith("*"))
+            # buildx lists the declared platforms first, then the worker's own list, native first
+            # (`linux/amd64/v2` is still amd64: a variant is a level of the same CPU, not QEMU).
+            own = ["/".join(p.split("/")[:2]) for p in listed if not p.endswith("*")]
+            nodes.append(BuilderNode(name, declared, own[0] if own else (declared[0] if declared else None)))
+            name = None
+    return tuple(nodes)
+
+
+def _inspect_nodes(builder: str | None) -> tuple[BuilderNode, ...]:
     cmd = [*buildx_base(builder), "inspect", *builder_flags(builder)]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        return ()
-    natives: list[str] = []
-    for line in proc.stdout.splitlines():
-        if line.strip().startswith("Platforms:"):
-            listed = [p.strip().rstrip("*") for p in line.split(":", 1)[1].split(",") if p.strip()]
-            if listed:
-                natives.append(listed[0])
-    return tuple(natives)
+    return parse_nodes(proc.stdout) if proc.returncode == 0 else ()
 
 
-_NODE_PLATFORMS: dict[str | None, Future[tuple[str, ...]]] = {}
-_NODE_PLATFORMS_LOCK = threading.Lock()
+_NODES: dict[str | None, Future[tuple[BuilderNode, ...]]] = {}
+_NODES_LOCK = threading.Lock()
 
 
-def prefetch_node_platforms(builders: Iterable[str | None]) -> None:
+def prefetch_nodes(builders: Iterable[str | None]) -> None:
     """Ask the builders for their nodes now, in the background: the answer (0.1 s of `buildx
-    inspect` each) is only needed for the report, after the bake, and is ready by then."""
+    inspect` each) is needed to plan a multi-node builder's bakes and for the report, and is
+    ready by then."""
     for builder in builders:
-        _node_platforms_future(builder)
+        _nodes_future(builder)
 
 
-def _node_platforms_future(builder: str | None) -> Future[tuple[str, ...]]:
-    with _NODE_PLATFORMS_LOCK:
-        if builder not in _NODE_PLATFORMS:
-            future: Future[tuple[str, ...]] = Future()
-            _NODE_PLATFORMS[builder] = future
+def _nodes_future(builder: str | None) -> Future[tuple[BuilderNode, ...]]:
+    with _NODES_LOCK:
+        if builder not in _NODES:
+            future: Future[tuple[BuilderNode, ...]] = Future()
+            _NODES[builder] = future
             threading.Thread(target=_resolve, args=(future, builder), name="buildx-inspect", daemon=True).start()
-        return _NODE_PLATFORMS[builder]
+        return _NODES[builder]
 
 
-def _resolve(future: Future[tuple[str, ...]], builder: str | None) -> None:
+def _resolve(future: Future[tuple[BuilderNode, ...]], builder: str | None) -> None:
     try:
         future.set_result(_inspect_nodes(builder))
     except Exception as exc:  # handed to whoever asks, in its thread
         future.set_exception(exc)
 
 
-def node_platforms(builder: str | None) -> tuple[str, ...]:
-    """The platforms of a builder's nodes, native first (buildx lists a node's own platform first,
-    then what binfmt/QEMU adds): how the report tells native from emulated builds."""
-    return _node_platforms_future(builder).result()
+def builder_nodes(builder: str | None) -> tuple[BuilderNode, ...]:
+    """The nodes of a builder (None: the current one), each with the platforms it was declared
+    for and its own platform: how bakes are split on a multi-node builder and how the report
+    tells native from emulated builds."""
+    return _nodes_future(builder).result()
+
+
+def node_for(nodes: tuple[BuilderNode, ...], platform: str) -> BuilderNode | None:
+    """The node buildx sends a platform to: the one declared for it, else the one whose own
+    platform it is, else (one node) that node, emulating."""
+    return (
+        next((n for n in nodes if n.builds(platform)), None)
+        or next((n for n in nodes if n.native == platform), None)
+        or (nodes[0] if len(nodes) == 1 else None)
+    )
 
 
 def check_builder(builder: str, platforms: Iterable[str]) -> str | None:
@@ -321,11 +359,15 @@ def failure_reason(tail: Iterable[str]) -> str:
 __all__ = [
     "RETRYABLE",
     "BakeRun",
+    "BuilderNode",
     "TargetProgress",
     "bake_command",
+    "builder_nodes",
     "check_builder",
     "failure_reason",
-    "node_platforms",
+    "node_for",
+    "parse_nodes",
+    "prefetch_nodes",
     "run_bake",
     "say",
 ]
