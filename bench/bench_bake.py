@@ -10,9 +10,11 @@ the embedded default):
    leaves the two bake files it ran: docker-bake.hcl and TMP/bake/run-default-1.json);
 1. xcforge: the same command again (wall time of the process: plan, base check, contexts, bake,
    SBOM/provenance, archive, report);
-2. plain: `docker buildx bake -f docker-bake.hcl -f TMP/bake/run-default-1.json T`, the very
-   definition xcforge ran, with the same two outputs (the OCI archive and the engine's image store)
-   and bake's default progress (plain: its output is a pipe, as in CI).
+2. plain: `docker buildx bake -f docker-bake.hcl -f TMP/bake/plain-run.json T`: the very
+   definition xcforge ran (TMP/bake/run-default-1.json), with the same two outputs (the OCI archive
+   and the engine's image store), the archive written to a file of its own that each plain run
+   overwrites (as each xcforge run replaces its own), and bake's default progress (plain: its
+   output is a pipe, as in CI).
 
 Repeats alternate the order (xcforge first, then plain first) so neither always runs warmer.
 Overhead = (xcforge - plain) / plain of the medians. Because the bake itself varies by a second or
@@ -25,6 +27,7 @@ Markdown table (docs/benchmarks.md §2e).
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import statistics
 import subprocess
@@ -55,8 +58,23 @@ def _xcforge(target: str, dist: Path) -> tuple[float, str]:
     return elapsed, proc.stderr
 
 
+def _plain_run_file(dist: Path) -> Path:
+    """xcforge's run file with one change: the archive goes to a file of plain bake's own, so each
+    side overwrites only its own last output (the truncation a user's rebuild pays), and xcforge
+    never deletes plain's file (it clears its own `.partial` before building)."""
+    run = json.loads((dist / "bake" / "run-default-1.json").read_text())
+    for target in run["target"].values():
+        target["output"] = [
+            re.sub(r"dest=[^,]+", f"dest={dist / 'plain-output.oci.tar'}", out) if out.startswith("type=oci") else out
+            for out in target["output"]
+        ]
+    path = dist / "bake" / "plain-run.json"
+    path.write_text(json.dumps(run, indent=2))
+    return path
+
+
 def _plain(target: str, dist: Path) -> float:
-    run_file = dist / "bake" / "run-default-1.json"
+    run_file = _plain_run_file(dist)
     # Bake's own default progress: plain, as in CI (the output is a pipe), the log xcforge reads too.
     cmd = ["docker", "buildx", "bake", "-f", "docker-bake.hcl", "-f", str(run_file), target]
     _settle()
@@ -65,8 +83,6 @@ def _plain(target: str, dist: Path) -> float:
     elapsed = time.monotonic() - started
     if proc.returncode != 0:
         raise SystemExit(f"plain bake of {target} failed:\n{proc.stderr[-2000:]}")
-    for partial in dist.glob("*.partial"):
-        partial.unlink()
     return elapsed
 
 
