@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ocicore.errors import BuildFailed, ConfigError
 from xcforge.build.builder import BuildRequest, build_all, check_rendered, merge_digests, prepare_contexts
-from xcforge.build.buildx import check_builder, prefetch_nodes, say
+from xcforge.build.buildx import BuilderNode, check_builder, prefetch_nodes, say
 from xcforge.build.docker_env import check_docker, start_docker_check
 from xcforge.ci import actions as ci
 from xcforge.report.results import merge_into_report, print_table, with_outcomes, write_reports
@@ -18,7 +18,7 @@ from xcforge.sign.stage import record_builds, sign_results
 from xcforge.smoke.checks import smoke_results
 
 
-def _describe(node) -> str:
+def _describe(node: BuilderNode) -> str:
     declared = f", sent {'/'.join(node.declared)}" if node.declared else ""
     return f"{node.name} (own platform {node.native or '?'}{declared})"
 

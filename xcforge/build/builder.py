@@ -487,8 +487,9 @@ def _assemble(pending: _Pending) -> None:
 def _record_where(pending: _Pending, request: BuildRequest) -> None:
     """Each platform's builder and node, and whether that node's own platform it is (native) or it
     ran under QEMU: what the worker reports as its own platform, not what the node was declared for."""
+    builders = request.builders_for(pending.plan)
     for platform_result in pending.result.platforms:
-        builder = request.builders_for(pending.plan).get(platform_result.platform)
+        builder = builders.get(platform_result.platform)
         nodes = request.nodes(builder)
         node = node_for(nodes, platform_result.platform)
         where = builder or "default"

@@ -77,6 +77,10 @@ class _Loader(_BaseLoader):  # type: ignore[misc, valid-type]
             ) from None
 
 
+def _too_deep(path: Path) -> ConfigError:
+    return ConfigError(f"{path}: nested more than {MAX_DEPTH} levels deep; a config file never is")
+
+
 def load_yaml(text: str, path: Path) -> tuple[Any, Lines]:
     loader = _Loader(text)
     try:
@@ -92,10 +96,10 @@ def load_yaml(text: str, path: Path) -> tuple[Any, Lines]:
         where = f": line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         if "maximum nesting depth" in problem:  # libyaml's own bound, far above ours
-            raise ConfigError(f"{path}: nested more than {MAX_DEPTH} levels deep; a config file never is") from None
+            raise _too_deep(path) from None
         raise ConfigError(f"{path}{where}: invalid YAML: {problem}") from None
     except RecursionError:
-        raise ConfigError(f"{path}: nested more than {MAX_DEPTH} levels deep; a config file never is") from None
+        raise _too_deep(path) from None
     finally:
         loader.dispose()
     return data, lines

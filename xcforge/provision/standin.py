@@ -125,31 +125,13 @@ class Layout:
             os.utime(stub, (0, 0))  # the same layer digest every time it is rebuilt
 
 
-@dataclass(frozen=True)
-class ImageRef:
-    """A parsed, normalised image reference: docker.io/library/ubuntu:22.04, quay.io/x/y@sha256:..."""
-
-    domain: str
-    path: str
-    tag: str | None
-    digest: str | None
-
-    def __str__(self) -> str:
-        ref = f"{self.domain}/{self.path}"
-        if self.tag:
-            ref += f":{self.tag}"
-        if self.digest:
-            ref += f"@{self.digest}"
-        return ref
-
-
-def parse_ref(ref: str) -> ImageRef:
-    """Parse and normalise like Docker (through ocicore.registry's parser): no host means docker.io, a
-    one-part docker.io name gets library/, and a reference with neither tag nor digest gets :latest."""
+def parse_ref(ref: str) -> Reference:
+    """Parse and normalise like Docker (ocicore.registry's parser), written as the docker CLI shows
+    it: no host means docker.io (not the API host), and neither tag nor digest means :latest."""
     parsed = Reference.parse(ref)
-    domain = "docker.io" if parsed.registry == DOCKER_HUB else parsed.registry
+    registry = "docker.io" if parsed.registry == DOCKER_HUB else parsed.registry
     tag = parsed.tag if (parsed.tag or parsed.digest) else "latest"
-    return ImageRef(domain=domain, path=parsed.repository, tag=tag, digest=parsed.digest)
+    return Reference(registry, parsed.repository, tag, parsed.digest)
 
 
 def normalize_ref(ref: str) -> str:
@@ -170,9 +152,9 @@ def standin_ref(original_ref: str, registry: str = DEFAULT_REGISTRY) -> str:
     if not registry or "://" in registry:
         raise ConfigError(f"registry {registry!r} must be a host[:port][/path], without a scheme")
     ref = parse_ref(original_ref)
-    host = ref.domain.lower().replace(":", "_")
+    host = ref.registry.lower().replace(":", "_")
     tag = ref.tag or ref.digest.replace(":", "-")  # type: ignore[union-attr]  # parse_ref: one is set
-    return f"{registry}/{STANDIN_NAMESPACE}/{host}/{ref.path}:{tag}"
+    return f"{registry}/{STANDIN_NAMESPACE}/{host}/{ref.repository}:{tag}"
 
 
 def build_context_arg(original_ref: str, registry: str = DEFAULT_REGISTRY) -> str:
