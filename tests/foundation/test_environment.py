@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -56,3 +59,31 @@ def test_engine_without_containerd_store_is_refused(tmp_path):
     proc = _build({"XCFORGE_DOCKER": str(docker)}, tmp_path)
     assert proc.returncode == 3
     assert "containerd-snapshotter" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def _plugins(*plugins: dict) -> str:
+    base = {"ServerVersion": "26.1.5", "Driver": "overlayfs", "DriverStatus": [], "Architecture": "x86_64"}
+    return json.dumps({**base, "ClientInfo": {"Plugins": list(plugins)}})
+
+
+def test_buildx_version_is_read_from_the_plugins_docker_info_lists(tmp_path):
+    """No second CLI start-up for `buildx version` when `docker info` names the plugin (the fake
+    client fails `buildx version`: it must not be asked)."""
+    info = _plugins({"Name": "compose", "Version": "v2.27.0"}, {"Name": "buildx", "Version": "v0.10.4"})
+    docker = _fake_docker(tmp_path, "(must not be asked)", info)
+    docker.write_text(docker.read_text().replace('if [ "$1" = buildx ]', "if false"))
+    proc = _build({"XCFORGE_DOCKER": str(docker)}, tmp_path)
+    assert proc.returncode == 3
+    assert "buildx 0.10.4 is too old (need >= 0.11)" in proc.stderr, proc.stderr[-500:]
+
+
+@pytest.mark.parametrize(
+    "plugins",
+    [(), ({"Name": "buildx", "Err": "invalid plugin: not executable"},)],
+    ids=["not-listed", "broken"],
+)
+def test_a_client_without_a_working_buildx_plugin_is_refused(tmp_path, plugins):
+    docker = _fake_docker(tmp_path, "v0.13.1", _plugins(*plugins))
+    proc = _build({"XCFORGE_DOCKER": str(docker)}, tmp_path)
+    assert proc.returncode == 3 and "Traceback" not in proc.stderr
+    assert "docker buildx is missing" in proc.stderr and "scripts/provision.sh" in proc.stderr

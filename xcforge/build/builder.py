@@ -14,7 +14,9 @@ import os
 import re
 import shutil
 import tempfile
+import threading
 import time
+from collections.abc import Callable
 from configparser import ConfigParser
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,7 +47,7 @@ from xcforge.build.fingerprint import build_fingerprint, hash_tree
 from xcforge.build.result import BuildResult, PlatformResult
 from xcforge.ci import actions as ci
 from xcforge.config.matrix import Matrix
-from xcforge.plan import deps
+from xcforge.plan import locks, render_inputs
 from xcforge.plan.build_plan import BuildOptions, BuildPlan, OutputMode, cache_tag
 from xcforge.plan.render import render_target
 from xcforge.shell import DOCKER, run
@@ -140,8 +142,8 @@ def _context_hashes(plan: BuildPlan, engine_hash: str) -> dict[str, str]:
 def _base_facts(plan: BuildPlan) -> tuple[str, str]:
     """(digest, real|stand-in) of the base as FROM will pull it."""
     try:
-        digest = plan.base_ref.split("@", 1)[1] if "@" in plan.base_ref else registry.resolve_digest(plan.base_ref)
-        labels = registry.labels(plan.base_ref)
+        digest, configs = registry.describe(plan.base_ref, retries=2)  # a missing base fails in 1.5 s
+        labels = registry.config_labels(configs)
     except RegistryError as exc:
         raise BuildFailed(
             f"{plan.target.name}: base image {plan.base_ref} is not reachable ({exc.message.split(': ', 1)[-1]}); "
@@ -336,9 +338,21 @@ def output_spec(plan: BuildPlan, archive: Path) -> str:
     return f'type=oci,dest={archive},"name={names}"'
 
 
-def _bake_on(lane: Lane, pendings: list[_Pending], request: BuildRequest, run_dir: Path) -> None:
+def _bake_on(
+    lane: Lane, pendings: list[_Pending], request: BuildRequest, run_dir: Path, spawned: threading.Event
+) -> None:
     """One lane's share of the graph in one bake (one BuildKit session); with --keep-going,
-    the targets a failure cancelled are baked again (their finished steps are cache hits)."""
+    the targets a failure cancelled are baked again (their finished steps are cache hits).
+    `spawned` is set when the first bake runs, or when this lane gives up before one does."""
+    try:
+        _bake_lane(lane, pendings, request, run_dir, spawned)
+    finally:
+        spawned.set()
+
+
+def _bake_lane(
+    lane: Lane, pendings: list[_Pending], request: BuildRequest, run_dir: Path, spawned: threading.Event
+) -> None:
     remaining = list(pendings)
     attempt = 0
     builder, label = lane.builder, lane.label
@@ -359,6 +373,7 @@ def _bake_on(lane: Lane, pendings: list[_Pending], request: BuildRequest, run_di
                 cwd=request.matrix.root,
                 env=bake.variables(remaining[0].build_args),
                 log_dir=request.options.dist_dir / "logs",
+                spawned=spawned,
             )
         say(f"[{label}] bake finished in {outcome.duration_s:.2f} s (exit {outcome.returncode})")
         for pending in remaining:
@@ -408,8 +423,13 @@ def _builder_unreachable(reason: str) -> bool:
     )
 
 
-def build_all(request: BuildRequest, engine_hash: str) -> list[BuildResult]:
-    """The build stage: every plan through bake, one bake per builder, results in plan order."""
+def build_all(
+    request: BuildRequest, engine_hash: str, *, while_baking: Callable[[], object] | None = None
+) -> list[BuildResult]:
+    """The build stage: every plan through bake, one bake per builder, results in plan order.
+
+    `while_baking` runs on this thread once every bake has started (the pipeline loads the later
+    stages then: bake keeps BuildKit busy for seconds, and this process would only wait)."""
     results: dict[str, BuildResult] = {}
     pendings: list[_Pending] = []
     for plan in request.plans:
@@ -435,7 +455,14 @@ def build_all(request: BuildRequest, engine_hash: str) -> list[BuildResult]:
                     by_lane.setdefault(lane, []).append(pending)
             # Lanes are separate machines (builders, or the nodes of one): their bakes run at once.
             with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(by_lane))) as pool:
-                futures = [pool.submit(_bake_on, lane, ps, request, run_dir) for lane, ps in by_lane.items()]
+                spawned = {lane: threading.Event() for lane in by_lane}
+                futures = [
+                    pool.submit(_bake_on, lane, ps, request, run_dir, spawned[lane]) for lane, ps in by_lane.items()
+                ]
+                for event in spawned.values():
+                    event.wait()
+                if while_baking:
+                    while_baking()
                 for future in futures:
                     future.result()
         for pending in pendings:
@@ -610,9 +637,12 @@ def _prepare_sdists(matrix: Matrix, plan: BuildPlan) -> None:
     work = plan.named_contexts["sdists"]
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True, exist_ok=True)
-    if target.engine.install not in deps.SOURCE_BUILDS or plan.engine_install == "skip":
+    if target.engine.install not in locks.SOURCE_BUILDS or plan.engine_install == "skip":
         return
-    pin = deps.engine_sdist_pin(matrix, target)  # without a lock: the index's file and hash
+    # Fetching needs the resolver's module (indexes, archives): loaded only by the targets that do.
+    from xcforge.plan import deps
+
+    pin = locks.engine_sdist_pin(matrix, target)  # without a lock: the index's file and hash
     version, sha256 = pin or (plan.engine_version, None)
     index = deps.index_of(plan.site)
     path, sha256 = deps.fetch_sdist(plan.site, index, target.engine.package, version, sha256)
@@ -620,7 +650,13 @@ def _prepare_sdists(matrix: Matrix, plan: BuildPlan) -> None:
     (work / "SHA256SUMS").write_text(f"{sha256}  {path.name}\n")
 
 
-def check_rendered(matrix: Matrix, plans: list[BuildPlan]) -> None:
+def check_rendered(matrix: Matrix, plans: list[BuildPlan], cache_dir: Path) -> None:
+    """The committed bake file and the plans' Dockerfiles are what matrix.yaml and templates/
+    render now; skipped when none of their inputs changed since the last time they were."""
+    outputs = [matrix.root / bake.BAKE_FILE.name, *(plan.dockerfile for plan in plans)]
+    stamp = render_inputs.Stamp(cache_dir / "rendered.json", render_inputs.digest(matrix, outputs))
+    if stamp.current():
+        return
     if bake.write_or_check(matrix, check=True).status != "unchanged":
         raise RenderError(
             f"{matrix.root / bake.BAKE_FILE.name}: out of date with matrix.yaml; "
@@ -633,6 +669,7 @@ def check_rendered(matrix: Matrix, plans: list[BuildPlan]) -> None:
                 f"{plan.dockerfile}: out of date with templates/ and matrix.yaml for target '{plan.target.name}'; "
                 "run `python build.py render --all` (and commit) before building"
             )
+    stamp.record()
 
 
 def merge_digests(matrix: Matrix, plan: BuildPlan, digests: list[str]) -> BuildResult:

@@ -257,9 +257,17 @@ def live_wanted(stream: IO[str] | None = None) -> bool:
 
 
 def run_bake(
-    cmd: list[str], *, targets: list[str], cwd: Path, env: dict[str, str], log_dir: Path, live: bool | None = None
+    cmd: list[str],
+    *,
+    targets: list[str],
+    cwd: Path,
+    env: dict[str, str],
+    log_dir: Path,
+    live: bool | None = None,
+    spawned: threading.Event | None = None,
 ) -> BakeRun:
-    """Run one bake; give each output line to its target (log file, progress, live line)."""
+    """Run one bake; give each output line to its target (log file, progress, live line).
+    `spawned` is set once the bake process runs."""
     echo(cmd)
     started = time.monotonic()
     progress = {name: TargetProgress(name) for name in targets}
@@ -276,6 +284,8 @@ def run_bake(
         text=True,
         bufsize=1,
     )
+    if spawned:
+        spawned.set()
     try:
         assert proc.stdout is not None
         for raw in proc.stdout:

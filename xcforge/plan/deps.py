@@ -42,6 +42,7 @@ from packaging.utils import canonicalize_name
 from ocicore.errors import ConfigError, DependencyConflict, EnvironmentProblem
 from xcforge.config.matrix import Matrix, Target
 from xcforge.config.site import SiteConfig
+from xcforge.plan.locks import deps_path, engine_sdist_pin, read_deps
 from xcforge.shell import echo
 
 PYPI = "https://pypi.org/simple"
@@ -124,10 +125,6 @@ class LockSet:
         }
         blob = json.dumps(declared, sort_keys=True).encode()
         return "sha256:" + hashlib.sha256(blob).hexdigest()
-
-
-# Engines built from a hash-pinned sdist (locks/engine-sdist.txt) rather than installed as wheels.
-SOURCE_BUILDS = ("source-empty", "llama-server")
 
 
 def lock_sets(matrix: Matrix, target: Target) -> list[LockSet]:
@@ -493,47 +490,6 @@ def _finish(result: SetResult, status: str, text: str, needs: list[str]) -> SetR
 
 
 # --------------------------------------------------------------------------- files
-
-
-def engine_sdist_pin(matrix: Matrix, target: Target) -> tuple[str, str] | None:
-    """(version, sha256) of the engine sdist a source-empty target's lock pins, if it has one."""
-    path = deps_path(matrix, target).parent / "engine-sdist.txt"
-    if target.engine.install not in SOURCE_BUILDS or not path.exists():
-        return None
-    m = re.search(r"^\S+==(\S+) --hash=sha256:([0-9a-f]{64})$", path.read_text(), re.M)
-    return (m.group(1), m.group(2)) if m else None
-
-
-def deps_path(matrix: Matrix, target: Target) -> Path:
-    return matrix.images_dir / target.name / "locks" / "deps.json"
-
-
-def read_deps(matrix: Matrix, target: Target) -> dict | None:
-    path = deps_path(matrix, target)
-    if not path.exists():
-        return None
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ConfigError(
-            f"{path}: unreadable ({exc}); regenerate it with `python build.py deps --target {target.name}`"
-        ) from exc
-
-
-def set_status(
-    matrix: Matrix, target: Target, platform: str, python: str | None = None, fallback: bool = False
-) -> dict | None:
-    """The committed summary of one set (the vendor's Python unless `python` says otherwise)."""
-    deps = read_deps(matrix, target) or {}
-    python = python or target.python.version
-    for entry in deps.get("sets", []):
-        if (
-            entry.get("platform") == platform
-            and entry.get("python") == python
-            and bool(entry.get("fallback")) == fallback
-        ):
-            return entry
-    return None
 
 
 @dataclass(frozen=True)

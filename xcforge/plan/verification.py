@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from xcforge.config.matrix import Matrix, Target
-from xcforge.plan import deps
+from xcforge.plan import locks
 
 LEVELS = ("rendered", "deps-resolved", "engine-installed", "plugin-installed", "served-cpu", "device-tested")
 
@@ -52,10 +52,10 @@ def lock_status(matrix: Matrix, target: Target, platform: str, fallback: bool = 
     """(the set's status, what its engine side needs: "" when locked)."""
     if not target.engine.is_vllm:
         # Compiled from sources whose sha256 the committed pin holds: nothing else to resolve.
-        if deps.engine_sdist_pin(matrix, target):
+        if locks.engine_sdist_pin(matrix, target):
             return "locked", ""
         return "missing", "run `python build.py deps`"
-    entry = deps.set_status(matrix, target, platform, fallback=fallback)
+    entry = locks.set_status(matrix, target, platform, fallback=fallback)
     if entry is None:
         return "missing", "run `python build.py deps`"
     engine = str(entry.get("engine") or "")

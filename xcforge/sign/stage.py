@@ -14,14 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from ocicore.errors import ConfigError, XcforgeError
+from signing.audit import AuditLog
 from xcforge.build.result import BuildResult
 
 AUDIT_ENV = "XCFORGE_AUDIT_LOG"
 
 
-def audit_log(dist: Path):
-    from signing.audit import AuditLog
-
+def audit_log(dist: Path) -> AuditLog:
     return AuditLog(Path(os.environ.get(AUDIT_ENV, dist / "audit.log.jsonl")))
 
 

@@ -19,7 +19,7 @@ from ocicore.errors import EnvironmentProblem
 from xcforge.config.matrix import Matrix, Target
 from xcforge.config.site import SiteConfig, load_site
 from xcforge.paths import REPO_ROOT
-from xcforge.plan import deps
+from xcforge.plan import deps, locks
 from xcforge.shell import DOCKER, run
 from xcforge.smoke import containers
 from xcforge.smoke.containers import RunSpec
@@ -54,7 +54,7 @@ def converter_image(site: SiteConfig) -> str:
 
 def llama_sources(matrix: Matrix, target: Target, site: SiteConfig, into: Path) -> Path:
     """llama.cpp's converter and gguf-py from the sdist the image was built from (hash-checked)."""
-    pin = deps.engine_sdist_pin(matrix, target)
+    pin = locks.engine_sdist_pin(matrix, target)
     if pin is None:
         raise EnvironmentProblem(f"no locks/engine-sdist.txt for {target.name}: run `python build.py deps`")
     version, sha256 = pin
