@@ -9,6 +9,7 @@ skipped *visibly* otherwise, with the reason in the summary.
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -48,3 +49,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(scope="session")
 def repo_root() -> Path:
     return REPO_ROOT
+
+
+@pytest.fixture()
+def project(tmp_path: Path) -> Path:
+    """A copy of the project layout (matrix, templates, images) that a test may change."""
+    root = tmp_path / "project"
+    root.mkdir()
+    shutil.copy(REPO_ROOT / "matrix.yaml", root / "matrix.yaml")
+    shutil.copy(REPO_ROOT / "docker-bake.hcl", root / "docker-bake.hcl")
+    shutil.copytree(REPO_ROOT / "templates", root / "templates")
+    shutil.copytree(
+        REPO_ROOT / "images", root / "images", ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__")
+    )
+    return root

@@ -7,7 +7,6 @@ registry on 127.0.0.1:5000 and pushes the stand-in bases the site config sites/s
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import uuid
@@ -73,20 +72,6 @@ def registry() -> str:
 def prefix(registry: str) -> str:
     """A fresh repository prefix per test session, so runs never see each other's images."""
     return f"{registry}/xcforge-test-{uuid.uuid4().hex[:8]}"
-
-
-@pytest.fixture()
-def project(tmp_path: Path) -> Path:
-    """A copy of the project layout (matrix, templates, images) that a test may change."""
-    root = tmp_path / "project"
-    root.mkdir()
-    shutil.copy(REPO / "matrix.yaml", root / "matrix.yaml")
-    shutil.copy(REPO / "docker-bake.hcl", root / "docker-bake.hcl")
-    shutil.copytree(REPO / "templates", root / "templates")
-    shutil.copytree(
-        REPO / "images", root / "images", ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__")
-    )
-    return root
 
 
 @pytest.fixture(autouse=True)

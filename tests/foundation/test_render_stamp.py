@@ -4,7 +4,6 @@ saw; any change to either is rendered and compared in full."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -19,20 +18,6 @@ from xcforge.plan import render_inputs
 from xcforge.plan.build_plan import BuildOptions, make_plan
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def project(tmp_path: Path) -> Path:
-    """A copy of the project's matrix, templates, committed Dockerfiles, locks and bake file."""
-    root = tmp_path / "project"
-    root.mkdir()
-    shutil.copy(REPO / "matrix.yaml", root / "matrix.yaml")
-    shutil.copy(REPO / "docker-bake.hcl", root / "docker-bake.hcl")
-    shutil.copytree(REPO / "templates", root / "templates")
-    for image in (REPO / "images").iterdir():
-        if (image / "Dockerfile").exists():
-            shutil.copytree(image, root / "images" / image.name, ignore=shutil.ignore_patterns("__pycache__"))
-    return root
 
 
 def _check(root: Path, cache: Path) -> None:
