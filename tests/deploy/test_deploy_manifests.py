@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from ocicore.errors import ConfigError, VerificationFailed
+from ocicore.registry import Reference
 from xcforge.config.matrix import load_matrix
 from xcforge.deploy import manifests as deploy
 
@@ -17,7 +18,7 @@ TARGETS = list(MATRIX.targets)
 DIGEST = "sha256:" + "ab" * 32
 
 
-def _image(target: str) -> deploy.ImageRef:
+def _image(target: str) -> Reference:
     return deploy.parse_digest_ref(f"registry.example.com/xcforge/vllm-{target}@{DIGEST}")
 
 

@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 from ocicore.errors import ConfigError, VerificationFailed
+from ocicore.registry import Reference
 from xcforge import __version__
 from xcforge.config.matrix import Matrix, Target
 from xcforge.generated import Generated, remove_or_check, write_or_check
@@ -56,21 +57,13 @@ _DROPPED_IN_K8S = {
 }
 
 
-@dataclass(frozen=True)
-class ImageRef:
-    name: str  # registry/repository
-    digest: str
-    tag: str | None = None
-
-    def __str__(self) -> str:
-        return f"{self.name}@{self.digest}"
-
-
-def parse_digest_ref(text: str, *, what: str = "--image") -> ImageRef:
-    """REGISTRY/REPO@sha256:<hex> (a tag before the digest is allowed and ignored). A tag alone is refused."""
+def parse_digest_ref(text: str, *, what: str = "--image") -> Reference:
+    """REGISTRY/REPO@sha256:<hex> (a tag before the digest is allowed and dropped). A tag alone is
+    refused. The reference is ocicore's, normalised as the docker CLI and cosign name images (a
+    Docker Hub name gets `index.docker.io/`), so what is verified is what cosign signed."""
     match = _DIGEST_REF_RE.match(text.strip())
     if match:
-        return ImageRef(match["name"], match["digest"], match["tag"])
+        return Reference.parse(f"{match['name']}@{match['digest']}")
     if "@" not in text:
         raise ConfigError(
             f"{what} must be pinned by digest (REGISTRY/REPO@sha256:<64 hex>), not '{text}': a tag can move after "
@@ -110,7 +103,7 @@ def _gid_variable(group_name: str) -> str:
 
 def docker_run(
     target: Target,
-    image: ImageRef | None = None,
+    image: Reference | None = None,
     model: str | None = None,
     name: str | None = None,
     *,
@@ -193,7 +186,7 @@ def docker_run(
 
 @dataclass(frozen=True)
 class DeployOptions:
-    image: ImageRef
+    image: Reference
     model: str
     model_pvc: str | None = None
     replicas: int = 1
@@ -433,7 +426,7 @@ def manifest_header(command: str) -> str:
 
 
 def verify_before_deploy(
-    image: ImageRef, sm2_keys: list[Path], cosign_keys: list[Path], *, insecure: bool = False
+    image: Reference, sm2_keys: list[Path], cosign_keys: list[Path], *, insecure: bool = False
 ) -> list[str]:
     """Refuse (VerificationFailed) unless the digest carries valid signatures for every key kind given."""
     try:
@@ -464,8 +457,8 @@ def verify_before_deploy(
 # --------------------------------------------------------------------------- committed examples
 
 
-def example_image(target: Target) -> ImageRef:
-    return ImageRef(image_repository(target, EXAMPLE_REGISTRY), EXAMPLE_DIGEST)
+def example_image(target: Target) -> Reference:
+    return Reference.parse(f"{image_repository(target, EXAMPLE_REGISTRY)}@{EXAMPLE_DIGEST}")
 
 
 def example_command(target: Target) -> str:

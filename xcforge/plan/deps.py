@@ -42,6 +42,7 @@ from packaging.utils import canonicalize_name
 from ocicore.errors import ConfigError, DependencyConflict, EnvironmentProblem
 from xcforge.config.matrix import Matrix, Target
 from xcforge.config.site import SiteConfig
+from xcforge.generated import Generated
 from xcforge.plan.locks import deps_path, engine_sdist_pin, read_deps
 from xcforge.shell import echo
 
@@ -492,24 +493,18 @@ def _finish(result: SetResult, status: str, text: str, needs: list[str]) -> SetR
 # --------------------------------------------------------------------------- files
 
 
-@dataclass(frozen=True)
-class DepsDrift:
-    target: str
-    path: Path
-    status: str  # ok | stale | missing
-
-
-def check(matrix: Matrix, targets: list[Target]) -> list[DepsDrift]:
-    """Offline: every set's committed inputs digest equals what the matrix declares now."""
+def check(matrix: Matrix, targets: list[Target]) -> list[Generated]:
+    """Offline: every set's committed inputs digest equals what the matrix declares now (each
+    target's deps.json unchanged, stale or missing, as every drift check says it)."""
     results = []
     for target in targets:
         path = deps_path(matrix, target)
         deps = read_deps(matrix, target)
         if deps is None:
-            results.append(DepsDrift(target.name, path, "missing"))
+            results.append(Generated(path, "missing"))
             continue
         committed = {(e["platform"], e["python"], bool(e.get("fallback"))): e for e in deps.get("sets", [])}
-        status = "ok"
+        status = "unchanged"
         for lset in lock_sets(matrix, target):
             entry = committed.get((lset.platform, lset.python, lset.fallback))
             if (
@@ -524,7 +519,7 @@ def check(matrix: Matrix, targets: list[Target]) -> list[DepsDrift]:
             pin = engine_sdist_pin(matrix, target)
             if pin is None or pin[0] != matrix.engine_version(target):
                 status = "stale"
-        results.append(DepsDrift(target.name, path, status))
+        results.append(Generated(path, status))
     return results
 
 
