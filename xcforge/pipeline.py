@@ -18,7 +18,7 @@ from xcforge.ci import actions as ci
 
 # The stages after the build load while the bakes run (`build_all(while_baking=...)`): a cached
 # build waits there for seconds with this process idle, and loading them first (rich's tables, the
-# smoke and sign stages: 60 ms) would put them on the user's clock before the bake starts.
+# smoke and sign stages, the audit log: 0.1 s) would put them on the user's clock before the bake starts.
 LATER_STAGES = ("xcforge.sign.stage", "xcforge.smoke.checks", "xcforge.report.results")
 
 
