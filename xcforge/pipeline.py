@@ -8,23 +8,23 @@ standalone `sign` and `smoke` commands call the same stage functions on recorded
 
 from __future__ import annotations
 
-import importlib
-
 from ocicore.errors import BuildFailed, ConfigError
 from xcforge.build.builder import BuildRequest, build_all, check_rendered, merge_digests, prepare_contexts
 from xcforge.build.buildx import BuilderNode, check_builder, prefetch_nodes, say
 from xcforge.build.docker_env import check_docker, start_docker_check
 from xcforge.ci import actions as ci
 
-# The stages after the build load while the bakes run (`build_all(while_baking=...)`): a cached
-# build waits there for seconds with this process idle, and loading them first (rich's tables, the
-# smoke and sign stages, the audit log: 0.1 s) would put them on the user's clock before the bake starts.
-LATER_STAGES = ("xcforge.sign.stage", "xcforge.smoke.checks", "xcforge.report.results")
 
+def _later_stages():
+    """The stages after the build: sign, smoke, report. Imported here, not with this module, so
+    that they load while the bakes run (`build_all(while_baking=...)`): a cached build waits there
+    for seconds with this process idle, and loading them first (rich's tables, the smoke and sign
+    stages, the audit log: 0.1 s) would put them on the user's clock before the bake starts."""
+    from xcforge.report import results
+    from xcforge.sign import stage
+    from xcforge.smoke import checks
 
-def _load_later_stages() -> None:
-    for name in LATER_STAGES:
-        importlib.import_module(name)
+    return stage, checks, results
 
 
 def _describe(node: BuilderNode) -> str:
@@ -69,27 +69,25 @@ def run_builds(request: BuildRequest) -> int:
 
     def while_baking() -> None:
         prefetch_nodes(builders)
-        _load_later_stages()
+        _later_stages()
 
     builds = build_all(request, engine_hash, while_baking=while_baking)
-    from xcforge.report.results import merge_into_report, print_table, with_outcomes, write_reports
-    from xcforge.sign.stage import record_builds, sign_results
-    from xcforge.smoke.checks import smoke_results
-
+    sign, smoke, report = _later_stages()
     for build in builds:
         if build.error:
             ci.annotate_error(build.error)
     failed = any(build.error for build in builds)
 
-    record_builds(builds, request.options.dist_dir)
-    signed = sign_results(builds, request) if request.sign and not failed else []
+    sign.record_builds(builds, request.options.dist_dir)
+    signed = sign.sign_results(builds, request) if request.sign and not failed else []
     failed |= any(outcome.error for outcome in signed)
-    smoked = smoke_results(builds, request) if request.smoke and not failed else []
+    smoked = smoke.smoke_results(builds, request) if request.smoke and not failed else []
     failed |= any(outcome.error for outcome in smoked)
 
-    results = with_outcomes(builds, signed, smoked)
-    json_path, md_path = write_reports(merge_into_report(results, request.options.dist_dir), request.options.dist_dir)
-    print_table(results)
+    results = report.with_outcomes(builds, signed, smoked)
+    dist = request.options.dist_dir
+    json_path, md_path = report.write_reports(report.merge_into_report(results, dist), dist)
+    report.print_table(results)
     say(f"report: {json_path} and {md_path}")
     for result in results:
         if result.digest:
@@ -108,11 +106,10 @@ def run_builds(request: BuildRequest) -> int:
 
 def merge_and_report(matrix, plan, digests: list[str]) -> int:
     """Split CI mode, second half: the index from per-platform digests (build stage), then the report."""
-    from xcforge.report.results import merge_into_report, print_table, write_reports
-
+    _, _, report = _later_stages()
     result = merge_digests(matrix, plan, digests)
-    write_reports(merge_into_report([result], plan.dist_dir), plan.dist_dir)
-    print_table([result])
+    report.write_reports(report.merge_into_report([result], plan.dist_dir), plan.dist_dir)
+    report.print_table([result])
     print(f"{plan.target.name} {plan.image_repo}@{result.digest}")
     return 0
 

@@ -426,7 +426,8 @@ def _builder_unreachable(reason: str) -> bool:
 def build_all(
     request: BuildRequest, engine_hash: str, *, while_baking: Callable[[], object] | None = None
 ) -> list[BuildResult]:
-    """The build stage: every plan through bake, one bake per builder, results in plan order.
+    """The build stage: every plan through bake, one bake per lane (a builder, or one platform of a
+    multi-node builder), results in plan order.
 
     `while_baking` runs on this thread once every bake has started (the pipeline loads the later
     stages then: bake keeps BuildKit busy for seconds, and this process would only wait)."""
