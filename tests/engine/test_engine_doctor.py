@@ -74,7 +74,8 @@ def test_healthy_host_reports_ok_and_a_stable_schema(backend, machine, env_for, 
                 "ascend.driver.version",
             ],
         ),
-        ("mlu", ["mlu.device.cambricon_ctl", "mlu.device.cambricon_dev", "mlu.device.cambricon_ipcm"]),
+        # /dev/cambricon_ipcmN is optional (multi-process serving only): a warning, not an error.
+        ("mlu", ["mlu.device.cambricon_ctl", "mlu.device.cambricon_dev"]),
     ],
 )
 def test_host_without_the_device_reports_exactly_the_missing_devices(backend, expected, machine, env_for, capsys):
@@ -233,3 +234,14 @@ def test_cann_table(cann, driver, status):
 )
 def test_cuda_table(cuda, driver, status):
     assert judge_cuda(cuda, driver).status == status
+
+
+def test_mlu_without_ipcm_nodes_serves_with_a_warning(machine, env_for, capsys):
+    """Cambricon's device plugin treats /dev/cambricon_ipcmN as optional: single-process serving runs."""
+    fake = machine("mlu")
+    for path in ("/dev/cambricon_ipcm0", "/dev/cambricon_ipcm1"):
+        fake.remove(path)
+    code, report = doctor(capsys, fake, env_for("mlu"))
+    (ipcm,) = [c for c in report["checks"] if c["id"] == "mlu.device.cambricon_ipcm"]
+    assert ipcm["status"] == "warning" and "--device /dev/cambricon_ipcm0" in ipcm["flags"]
+    assert "mlu.device.cambricon_ipcm" not in [c["id"] for c in report["checks"] if c["status"] == "error"]

@@ -48,7 +48,6 @@ MISSING = [
     ),
     ("mlu", "/dev/cambricon_ctl", "--device /dev/cambricon_ctl"),
     ("mlu", "/dev/cambricon_dev0 /dev/cambricon_dev1", "--device /dev/cambricon_dev0"),
-    ("mlu", "/dev/cambricon_ipcm0 /dev/cambricon_ipcm1", "--device /dev/cambricon_ipcm0"),
     ("cuda", "/dev/nvidiactl", "--gpus all"),
     ("cuda", "/dev/nvidia0 /dev/nvidia1", "--gpus all"),
     ("cuda", "/dev/nvidia-uvm", "--gpus all"),
@@ -262,3 +261,4 @@ def test_real_host_requires_character_devices(tmp_path):
     assert Host(tmp_path, strict_devices=False).is_device("/dev/nvidiactl")
     assert not Host(tmp_path, strict_devices=True).is_device("/dev/nvidiactl")
     assert Host(strict_devices=True).is_device("/dev/null")  # a real character device
+

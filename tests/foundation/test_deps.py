@@ -39,8 +39,11 @@ def test_every_target_platform_and_python_has_a_committed_summary():
         for lset in deps.lock_sets(MATRIX, target):
             entry = sets[(lset.platform, lset.python, lset.fallback)]
             assert entry["inputs"] == lset.inputs_digest()
-            assert entry["status"] in {"locked", "partial", "unverified"}
-            if entry["status"] == "unverified":
+            assert entry["status"] in {"locked", "partial", "unverified", "refused"}
+            assert (entry["status"] == "refused") == bool(target.refused)
+            if entry["status"] == "refused":  # the matrix's reason, and no lock claiming the set
+                assert entry["refused"] == target.refused and entry["lock"] is None
+            elif entry["status"] == "unverified":
                 assert entry["engine"].startswith("unverified: needs ") and entry["lock"] is None
             else:  # a lock that exists is hash-pinned and says what it is
                 text = (MATRIX.images_dir / target.name / entry["lock"]).read_text()
@@ -56,12 +59,17 @@ def test_production_pins_match_the_vendor_tables():
     assert cuda["versions"]["torch"] == "2.14.0"  # vLLM 0.33.0's pin, a CUDA 13.0 build
     ascend = locks.set_status(MATRIX, MATRIX.targets["ascend"], "linux/arm64")
     assert ascend["versions"]["torch"] == "2.10.0" and ascend["versions"]["torch-npu"] == "2.10.0.post4"
-    assert ascend["plugin"] == "unverified: needs https://mirrors.huaweicloud.com/ascend/repos/pypi"
-    assert "triton" not in (MATRIX.images_dir / "ascend" / "locks" / "arm64-py312.txt").read_text().split("==")[0]
+    # The plugin's own requirements (vllm-ascend 0.23.0.post1 PKG-INFO) are locked with vLLM's; what only
+    # Huawei's index serves resolves through its placeholder and stays out of the lock.
+    assert ascend["status"] == "locked" and ascend["plugin"] == "locked"
+    assert ascend["vendor_only"] == ["triton-ascend==3.2.2"] and "transformers==5.5.4" in ascend["plugin_requires"]
+    pinned = locks.pins((MATRIX.images_dir / "ascend" / "locks" / "arm64-py312.txt").read_text())
+    assert "triton" not in pinned and "triton-ascend" not in pinned
     sdist = (MATRIX.images_dir / "ascend" / "locks" / "engine-sdist.txt").read_text()
     assert "vllm==0.23.0 --hash=sha256:" in sdist
-    mlu = (MATRIX.images_dir / "mlu" / "locks" / "amd64-py310.txt").read_text()
-    assert "# xcforge-provided-by-base: torch==2.7.1" in mlu and "\ntorch==" not in mlu  # the base's torch stays
+    # mlu is refused (its vendor's set conflicts with vLLM 0.11.0): the set says so and no lock claims it.
+    mlu = locks.set_status(MATRIX, MATRIX.targets["mlu"], "linux/amd64")
+    assert mlu["status"] == "refused" and mlu["lock"] is None and "transformers>=4.55.2" in mlu["engine"]
 
 
 def test_check_is_offline_and_catches_a_changed_pin(tmp_path):
@@ -100,7 +108,7 @@ def test_stand_in_levels_never_claim_a_skipped_step():
     levels = planned(MATRIX, ascend, ascend.platforms, engine_install="skip-amd64", plugin_install="skip")
     arm64, amd64 = levels
     assert arm64.level == "engine-installed"  # the plugin was skipped: not plugin-installed
-    assert any(s.startswith("plugin: skipped (vllm-ascend is an sdist") for s in arm64.skipped)
+    assert any(s.startswith("plugin: stand-in placeholders for vllm-ascend 0.23.0.post1") for s in arm64.skipped)
     assert amd64.level == "rendered"
     assert any("needs https://download.pytorch.org/whl/cpu" in s for s in amd64.skipped)
     cuda = MATRIX.targets["cuda"]

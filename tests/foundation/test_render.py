@@ -101,7 +101,7 @@ def test_target_differences_live_in_data_and_blocks():
     assert "VLLM_TARGET_DEVICE=empty" in ascend and "VLLM_TARGET_DEVICE=empty" not in cpu
     assert "set_env.sh" in ascend and "vllm-ascend==0.23.0.post1" in ascend
     assert "--groups HwHiAiUser" in ascend
-    assert "--no-index vllm-mlu==" in mlu
+    assert "--no-index --no-deps vllm-mlu==" in mlu
     assert 'ARG OMIT_PACKAGES="triton"' in cpu  # torchvision & co. are left out only where the site lacks their index
     assert "ENV LD_PRELOAD=/usr/local/lib/libtcmalloc_minimal.so.4" in cpu and "LD_PRELOAD" not in cuda
     assert "/torch/venv3/pytorch_infer" in mlu and "-m venv" not in mlu  # Cambricon's own venv

@@ -47,7 +47,7 @@ from xcforge.build.fingerprint import build_fingerprint, hash_tree
 from xcforge.build.result import BuildResult, PlatformResult
 from xcforge.ci import actions as ci
 from xcforge.config.matrix import Matrix
-from xcforge.plan import locks, render_inputs
+from xcforge.plan import locks, placeholders, render_inputs
 from xcforge.plan.build_plan import BuildOptions, BuildPlan, OutputMode, cache_tag
 from xcforge.plan.render import render_target
 from xcforge.shell import DOCKER, run
@@ -638,6 +638,10 @@ def _prepare_sdists(matrix: Matrix, plan: BuildPlan) -> None:
     work = plan.named_contexts["sdists"]
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True, exist_ok=True)
+    if plan.plugin_install != "full":
+        # A stand-in build installs these in place of the vendor's step (placeholders.py); a real build
+        # never sees them.
+        placeholders.write(placeholders.for_target(matrix, target), work / "placeholders")
     if target.engine.install not in locks.SOURCE_BUILDS or plan.engine_install == "skip":
         return
     # Fetching needs the resolver's module (indexes, archives): loaded only by the targets that do.

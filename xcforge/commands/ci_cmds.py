@@ -102,12 +102,19 @@ def selected_target_names(matrix_targets: list[str], spec: str) -> list[str]:
 def run_select_targets(args: argparse.Namespace) -> int:
     matrix = load_matrix(args.matrix)
     chosen = selected_target_names(list(matrix.targets), args.targets)
+    # A refused target's engine is not built (matrix.yaml says why): a release never publishes it.
+    refused = {n: matrix.targets[n].refused for n in chosen if matrix.targets[n].refused}
+    chosen = [n for n in chosen if n not in refused]
     _check_step_files()
     for name in matrix.targets:
         ci.set_output(name, "true" if name in chosen else "false")
         print(f"{name}={'true' if name in chosen else 'false'}")
-    skipped = [n for n in matrix.targets if n not in chosen]
-    summary = f"### Release targets\n\nreleasing: {', '.join(chosen)}"
+    for name, why in refused.items():
+        print(f"{name}: refused, not released: {why}")
+    skipped = [n for n in matrix.targets if n not in chosen and n not in refused]
+    summary = f"### Release targets\n\nreleasing: {', '.join(chosen) or 'none'}"
+    if refused:
+        summary += "\n\nrefused (matrix.yaml), not released:" + "".join(f"\n- {n}: {w}" for n, w in refused.items())
     if skipped:
         summary += f"\n\nnot selected (skipped): {', '.join(skipped)}"
     ci.write_step_summary(summary + "\n")

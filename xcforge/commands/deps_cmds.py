@@ -56,10 +56,12 @@ def run(args: argparse.Namespace) -> int:
             changes += deps.write(matrix, target, results, resolver, sdist=sdist)
     for line in changes:
         print(f"changed  {line}")
-    counts = {s: sum(r.status == s for r in all_results) for s in ("locked", "partial", "unverified", "conflict")}
+    statuses = ("locked", "partial", "unverified", "conflict", "refused")
+    counts = {s: sum(r.status == s for r in all_results) for s in statuses}
     print(
         f"{counts['locked']} locked, {counts['partial']} partial (plugin unverified), "
-        f"{counts['unverified']} UNVERIFIED, {counts['conflict']} conflicts"
+        f"{counts['unverified']} UNVERIFIED, {counts['conflict']} conflicts, {counts['refused']} REFUSED "
+        "(the matrix's targets.<name>.refused)"
     )
     deps.raise_on_conflict(all_results)
     return 0

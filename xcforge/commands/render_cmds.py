@@ -7,6 +7,7 @@ import argparse
 from xcforge.build import bake
 from xcforge.commands._drift import report_drift
 from xcforge.commands._targets import add_target_arguments, selected_targets
+from xcforge.plan import readme_table
 from xcforge.plan.render import write_or_check
 
 
@@ -14,7 +15,7 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     parser = subparsers.add_parser(
         "render",
         parents=[common],
-        help="write images/<target>/Dockerfile and docker-bake.hcl from the matrix (--check: fail on drift)",
+        help="write images/<target>/Dockerfile, docker-bake.hcl and the README target table (--check: fail on drift)",
     )
     add_target_arguments(parser)
     parser.add_argument("--check", action="store_true", help="change nothing; exit 4 if a committed file is stale")
@@ -23,7 +24,11 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
 
 def run(args: argparse.Namespace) -> int:
     matrix, targets = selected_targets(args)
-    results = [*write_or_check(matrix, targets, check=args.check), bake.write_or_check(matrix, check=args.check)]
+    results = [
+        *write_or_check(matrix, targets, check=args.check),
+        bake.write_or_check(matrix, check=args.check),
+        readme_table.write_or_check(matrix, check=args.check),
+    ]
     return report_drift(
         results, what="committed Dockerfiles and bake file", fix="python build.py render --all", root=matrix.root
     )

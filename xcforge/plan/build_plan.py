@@ -195,10 +195,14 @@ def cache_tag(platforms: tuple[str, ...]) -> str:
     return f"buildcache-{'-'.join(p.split('/')[1] for p in platforms)}"
 
 
-def tags_for(matrix: Matrix, target: Target, revision: str) -> tuple[str, ...]:
+def tags_for(matrix: Matrix, target: Target, revision: str, fallback: tuple[str, ...] = ()) -> tuple[str, ...]:
     """`<engine>-<variant>` moves with rebuilds; `<engine>-<variant>-<revision>` never does.
-    There is no `latest`: operators pin a version, and pre-releases must never look current."""
+    There is no `latest`: operators pin a version, and pre-releases must never look current.
+    A tag never names an engine a platform under it does not carry: platforms built with the
+    engine.fallback pairing add `-<arch>-<fallback version>` (`0.32.0-cpu-arm64-0.19.1`)."""
     base = f"{matrix.engine_version(target)}-{target.variant}"
+    if fallback and target.engine.fallback:
+        base += "".join(f"-{p.split('/', 1)[1]}-{target.engine.fallback.version}" for p in fallback)
     return (base, f"{base}-{revision.replace('+', '-')}")
 
 
@@ -206,9 +210,20 @@ def engine_install_mode(target: Target, site: SiteConfig, platforms: tuple[str, 
     """`skip` where the site cannot install the vendor engine (stand-in bases without the SDK), and
     where the engine builds against a plugin stack whose step the site skips."""
     skipped = set(site.skipped(target.name, "engine"))
-    if target.engine_needs_plugin_stack:
+    if target.engine_needs_plugin_stack or target.refused:
+        # (a refused target on a site that skips the vendor's step, a stand-in, builds its machinery only)
         skipped |= set(site.skipped(target.name, "plugin"))
     return step_mode(skipped, platforms)
+
+
+def _refuse_engine_install(matrix: Matrix, target: Target, install_mode: str) -> None:
+    """A refused target builds only with every engine step skipped (the machinery, not an engine)."""
+    if target.refused and install_mode != "skip":
+        raise ConfigError(
+            f"{matrix.path}: targets.{target.name}.refused: {target.refused}; xcforge builds this target only "
+            f"with its engine skipped on every platform (a site that skips its engine or plugin step: "
+            f"skip_engine_install: [{target.name}], or skip_steps: ['{target.name}:plugin'], as the stand-in sites do)"
+        )
 
 
 def step_mode(skipped: set[str] | tuple[str, ...], platforms: tuple[str, ...]) -> str:
@@ -272,7 +287,6 @@ def make_plan(matrix: Matrix, target: Target, site: SiteConfig, options: BuildOp
         else (OutputMode.PUSH if options.push else OutputMode.ARCHIVE)
     )
     repo = image_repository(target, registry if output.pushes else None)
-    tags = tags_for(matrix, target, revision) if output.tagged else ()
 
     base_ref = site.map_image(target.base.image)
     if target.base.digest:
@@ -280,10 +294,12 @@ def make_plan(matrix: Matrix, target: Target, site: SiteConfig, options: BuildOp
 
     extra_urls = site.pip.extra_index_urls if site.pip.extra_index_urls is not None else target.engine.extra_index_urls
     install_mode = engine_install_mode(target, site, platforms)
+    _refuse_engine_install(matrix, target, install_mode)
     plugin_mode = step_mode(site.skipped(target.name, "plugin"), platforms) if target.plugin else "full"
     if install_mode == "skip":
         plugin_mode = "skip"  # no engine, no plugin
     fallback = engine_fallback(matrix, target, site, tuple(platforms))
+    tags = tags_for(matrix, target, revision, fallback) if output.tagged else ()
     # Index-only packages (torchvision's CPU build) are left out where the site drops their index.
     omitted = tuple(target.engine.index_only) if not set(target.engine.extra_index_urls) <= set(extra_urls) else ()
     build_args = {
@@ -301,7 +317,7 @@ def make_plan(matrix: Matrix, target: Target, site: SiteConfig, options: BuildOp
         "BUILD_CREATED": git_commit_time(),
         "BUILD_SOURCE": "https://github.com/xcforge/xcforge",
     }
-    if target.vendor_system_packages:
+    if target.vendor_system_packages or target.engine.kernel_wheels:
         build_args["VENDOR_PACKAGES"] = step_mode(site.skipped(target.name, "vendor-packages"), platforms)
     if site.apt_mirror:
         build_args["APT_MIRROR"] = site.apt_mirror

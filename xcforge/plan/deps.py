@@ -43,7 +43,8 @@ from ocicore.errors import ConfigError, DependencyConflict, EnvironmentProblem
 from xcforge.config.matrix import Matrix, Target
 from xcforge.config.site import SiteConfig
 from xcforge.generated import Generated
-from xcforge.plan.locks import deps_path, engine_sdist_pin, read_deps
+from xcforge.plan import placeholders
+from xcforge.plan.locks import deps_path, engine_sdist_pin, pins, read_deps
 from xcforge.shell import echo
 
 PYPI = "https://pypi.org/simple"
@@ -79,6 +80,8 @@ class LockSet:
     # The matrix's engine.fallback: the newest pairing PyPI alone serves, for sites without the
     # engine's extra index (PyPI only; index-only packages left out).
     fallback: bool = False
+    # A private plugin's requirements: the vendor's file committed under images/<target>/ (its text).
+    vendor_requirements: str | None = None
 
     @property
     def arch(self) -> str:
@@ -120,26 +123,57 @@ class LockSet:
             "engine_indexes": self.engine_indexes,
             "remove": self.dropped,
             # (an empty plugin.stack is left out: locks made before the field existed stay current)
-            "plugin": t.plugin.model_dump(mode="json", exclude=None if t.plugin.stack else {"stack"})
+            # (empty fields added later are left out: locks made before they existed stay current)
+            "plugin": t.plugin.model_dump(mode="json", exclude=_empty_fields(t.plugin.model_dump(mode="json")))
             if t.plugin
             else None,
         }
+        if t.engine.constraints:
+            declared["constraints"] = t.engine.constraints
+        if t.engine.resolve_as_of:
+            declared["resolve_as_of"] = t.engine.resolve_as_of
+        if self.vendor_requirements is not None:
+            declared["vendor_requirements"] = hashlib.sha256(self.vendor_requirements.encode()).hexdigest()
         blob = json.dumps(declared, sort_keys=True).encode()
         return "sha256:" + hashlib.sha256(blob).hexdigest()
+
+
+def _empty_fields(dumped: dict) -> set[str]:
+    return {key for key in ("stack", "vendor_only", "vendor_requirements", "sdist_only") if not dumped.get(key)}
+
+
+def vendor_requirements_path(matrix: Matrix, target: Target) -> Path | None:
+    if target.plugin is None or target.plugin.vendor_requirements is None:
+        return None
+    return matrix.images_dir / target.name / target.plugin.vendor_requirements
+
+
+def _vendor_requirements_text(matrix: Matrix, target: Target) -> str | None:
+    path = vendor_requirements_path(matrix, target)
+    if path is None:
+        return None
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(
+            f"{matrix.path}: targets.{target.name}.plugin.vendor_requirements: cannot read {path} "
+            f"({exc.strerror or exc}); commit the vendor's requirements file there or remove the field"
+        ) from exc
 
 
 def lock_sets(matrix: Matrix, target: Target) -> list[LockSet]:
     if not target.engine.is_vllm:
         return []  # a C++ server from its pinned sources: no Python dependency set to lock
+    vendor = _vendor_requirements_text(matrix, target)
     sets = [
-        LockSet(target, matrix.engine_version(target), platform, python)
+        LockSet(target, matrix.engine_version(target), platform, python, vendor_requirements=vendor)
         for platform in target.platforms
         for python in target.python.lock_versions
     ]
     fallback = target.engine.fallback
     if fallback:
         sets += [
-            LockSet(target, fallback.version, platform, python, fallback=True)
+            LockSet(target, fallback.version, platform, python, fallback=True, vendor_requirements=vendor)
             for platform in fallback.platforms
             for python in target.python.lock_versions
         ]
@@ -157,24 +191,34 @@ class SetResult:
     lock_text: str | None = None
     message: str = ""
     engine_sdist_sha256: str | None = None  # source-empty engines: the sdist the build compiles
+    # The plugin's own requirements as resolved (the placeholder a stand-in installs declares them).
+    plugin_requires: list[str] = field(default_factory=list)
 
     def summary(self) -> dict:
         s = self.set
-        return {
-            "platform": s.platform,
-            "python": s.python,
-            "fallback": s.fallback,
-            "engine_version": s.engine_version,
-            "python_platform": s.python_platform,
-            "status": self.status,
-            "engine": self.engine,
-            "plugin": self.plugin,
-            "needs": self.needs,
-            "lock": s.lock_file if self.lock_text else None,
-            "versions": self.versions,
-            "engine_sdist_sha256": self.engine_sdist_sha256,
-            "inputs": s.inputs_digest(),
-        }
+        return (
+            {
+                "platform": s.platform,
+                "python": s.python,
+                "fallback": s.fallback,
+                "engine_version": s.engine_version,
+                "python_platform": s.python_platform,
+                "status": self.status,
+                "engine": self.engine,
+                "plugin": self.plugin,
+                "needs": self.needs,
+                "lock": s.lock_file if self.lock_text else None,
+                "versions": self.versions,
+                "engine_sdist_sha256": self.engine_sdist_sha256,
+                "inputs": s.inputs_digest(),
+            }
+            | (
+                {"plugin_requires": self.plugin_requires, "vendor_only": _vendor_only_pins(s.target)}
+                if self.plugin_requires or _vendor_only_pins(s.target)
+                else {}
+            )
+            | ({"refused": self.message} if self.status == "refused" else {})
+        )
 
 
 # --------------------------------------------------------------------------- index access
@@ -341,7 +385,12 @@ def _resolve(lset: LockSet, requirements: list[str], indexes: list[str], site: S
     )
     (work / "uv.toml").write_text(config)
     provided = [f"{name}=={version}" for name, version in t.base.provides.items()]
-    (work / "constraints.txt").write_text("\n".join(provided) + "\n")
+    (work / "constraints.txt").write_text("\n".join([*provided, *t.engine.constraints]) + "\n")
+    # Vendor-only packages resolve through empty placeholders of the same name and version (their
+    # declared requirements are resolved for real) and are left out of the lock.
+    vendor_only = _vendor_only(t)
+    if vendor_only:
+        placeholders.write(vendor_only, work / "placeholders")
     argv = [
         _uv(), "pip", "compile", "requirements.in",
         "--config-file", "uv.toml",
@@ -354,9 +403,13 @@ def _resolve(lset: LockSet, requirements: list[str], indexes: list[str], site: S
     ]  # fmt: skip
     for url in indexes:
         argv += ["--extra-index-url", url]
+    if t.engine.resolve_as_of:
+        argv += ["--exclude-newer", t.engine.resolve_as_of]
     if site.wheelhouse:
         argv += ["--find-links", str(site.wheelhouse)]
-    for name in t.provided:
+    if vendor_only:
+        argv += ["--find-links", str(work / "placeholders")]
+    for name in [*t.provided, *(p.name for p in vendor_only)]:
         argv += ["--no-emit-package", name]
     env = {**os.environ, "XDG_CONFIG_HOME": str(work), "UV_NO_PROGRESS": "1"}
     cafile = _ca_file(site)
@@ -369,6 +422,19 @@ def _resolve(lset: LockSet, requirements: list[str], indexes: list[str], site: S
     return _Attempt(False, _reason(proc.stderr))
 
 
+def _vendor_only(target: Target) -> list[placeholders.Placeholder]:
+    if target.plugin is None:
+        return []
+    return [
+        placeholders.Placeholder(name, v.version, v.requires, f"vendor-only: {v.source}")
+        for name, v in target.plugin.vendor_only.items()
+    ]
+
+
+def _vendor_only_pins(target: Target) -> list[str]:
+    return [p.pin for p in _vendor_only(target)]
+
+
 def _reason(stderr: str) -> str:
     """uv's explanation condensed to one line (box-drawing and hints dropped, at most 600 characters)."""
     lines = [re.sub(r"^[\s×╰─▶│]+", "", line).strip() for line in stderr.splitlines()]
@@ -376,15 +442,6 @@ def _reason(stderr: str) -> str:
     text = " ".join(lines)
     text = re.sub(r"\s+", " ", text)
     return text[:600] or "uv failed without a message"
-
-
-def _pins(lock_text: str) -> dict[str, str]:
-    pins = {}
-    for line in lock_text.splitlines():
-        m = re.match(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;\\]+)", line)
-        if m:
-            pins[canonicalize_name(m.group(1))] = m.group(2)
-    return pins
 
 
 def engine_requirements(lset: LockSet, site: SiteConfig, index: str) -> tuple[list[str], str | None]:
@@ -405,7 +462,12 @@ def engine_requirements(lset: LockSet, site: SiteConfig, index: str) -> tuple[li
 
 def plugin_requirements(lset: LockSet, site: SiteConfig, index: str) -> list[str]:
     plugin = lset.target.plugin
-    if plugin is None or plugin.source != "pypi":
+    if plugin is None:
+        return []
+    if lset.vendor_requirements is not None:
+        # The private plugin's setup.py reads this file into install_requires (committed as data).
+        return requirements_from_file(lset.vendor_requirements, f"{plugin.name} {plugin.version} vendor requirements")
+    if plugin.source != "pypi":
         return []
     if plugin.requirements_file:
         text, _ = sdist_member(site, index, plugin.name, plugin.version, plugin.requirements_file)
@@ -414,6 +476,17 @@ def plugin_requirements(lset: LockSet, site: SiteConfig, index: str) -> list[str
 
 
 def resolve_set(lset: LockSet, site: SiteConfig, probe: IndexProbe) -> SetResult:
+    """The set's lock, or why there is none. A refused target is resolved too (its engine and plugin
+    fields show what the vendor's set does), but its status is `refused` and no lock is written."""
+    result = _resolve_set(lset, site, probe)
+    refused = lset.target.refused
+    if refused:
+        # (what the resolution found stays in the set's engine/plugin fields)
+        result.status, result.lock_text, result.message = "refused", None, refused
+    return result
+
+
+def _resolve_set(lset: LockSet, site: SiteConfig, probe: IndexProbe) -> SetResult:
     t = lset.target
     index = index_of(site)
     if not probe.reachable(index):
@@ -433,7 +506,12 @@ def resolve_set(lset: LockSet, site: SiteConfig, probe: IndexProbe) -> SetResult
         if t.plugin and t.plugin.source == "wheelhouse":
             plugin_note = f"unverified: needs a wheelhouse with {t.plugin.name} {t.plugin.version} (vendor SDK)"
         plugin_reqs = plugin_requirements(lset, site, index)
+        result.plugin_requires = plugin_reqs
         if plugin_reqs:
+            if t.plugin and t.plugin.vendor_only:
+                # What the plugin's own index serves stands in as placeholders: not needed to resolve.
+                unreachable = [u for u in unreachable if u not in plugin_indexes]
+                plugin_indexes = []
             joint_indexes = [u for u in dict.fromkeys(engine_indexes + plugin_indexes) if u not in unreachable]
             joint = _resolve(lset, engine_reqs + plugin_reqs, joint_indexes, site, work)
             if joint.ok:
@@ -464,10 +542,10 @@ def resolve_set(lset: LockSet, site: SiteConfig, probe: IndexProbe) -> SetResult
 
 def _finish(result: SetResult, status: str, text: str, needs: list[str]) -> SetResult:
     result.status, result.needs = status, needs
-    pins = _pins(text)
+    pinned = pins(text)
     if result.engine_sdist_sha256:
-        pins[canonicalize_name(result.set.target.engine.package)] = result.set.engine_version
-    result.versions = {name: pins[name] for name in KEY_PACKAGES if name in pins}
+        pinned[canonicalize_name(result.set.target.engine.package)] = result.set.engine_version
+    result.versions = {name: pinned[name] for name in KEY_PACKAGES if name in pinned}
     s = result.set
     header = [
         "# GENERATED by `python build.py deps` from matrix.yaml; DO NOT EDIT.",
@@ -482,6 +560,10 @@ def _finish(result: SetResult, status: str, text: str, needs: list[str]) -> SetR
             f"# xcforge-provided-by-plugin-stack: {n}=={v} (wheelhouse; not resolved here)"
             for n, v in s.target.plugin.stack.items()
         ]
+    header += [
+        f"# xcforge-vendor-only: {p.pin} ({p.reason}; not in this lock: the plugin step installs it --no-deps)"
+        for p in _vendor_only(s.target)
+    ]
     if result.plugin and result.plugin != "locked":
         header.append(f"# xcforge-not-locked: {s.target.plugin.name} {s.target.plugin.version} ({result.plugin})")
     indexes = sorted({m.group(1) for m in re.finditer(r"#\s+from (\S+)", text)})
@@ -545,9 +627,9 @@ def write(
         if r.lock_text is None:
             continue
         keep.add(path.name)
-        new = _pins(r.lock_text)
+        new = pins(r.lock_text)
         if path.exists():
-            old = _pins(path.read_text())
+            old = pins(path.read_text())
             for name in sorted(set(old) | set(new)):
                 if old.get(name) != new.get(name):
                     changes.append(f"{target.name} {r.set.name}: {name} {old.get(name, '-')} → {new.get(name, '-')}")
@@ -592,7 +674,7 @@ def raise_on_conflict(results: list[SetResult]) -> None:
 def format_line(r: SetResult) -> str:
     s = r.set
     versions = " ".join(f"{k}={v}" for k, v in r.versions.items())
-    status = r.status.upper() if r.status in ("unverified", "conflict") else r.status
+    status = r.status.upper() if r.status in ("unverified", "conflict", "refused") else r.status
     line = f"{s.target.name:7} {s.platform:12} py{s.python:5} {status:10} {versions}"
     if s.fallback:
         line += f"  (engine.fallback {s.engine_version}: PyPI only)"
@@ -600,4 +682,6 @@ def format_line(r: SetResult) -> str:
         line += f"\n{'':27}engine: {r.engine}"
     if r.plugin and r.plugin != "locked":
         line += f"\n{'':27}plugin: {r.plugin}"
+    if r.status == "refused":
+        line += f"\n{'':27}refused: {r.message}"
     return line

@@ -58,4 +58,14 @@ def set_status(
     return None
 
 
-__all__ = ["SOURCE_BUILDS", "deps_path", "engine_sdist_pin", "read_deps", "set_status"]
+def pins(lock_text: str) -> dict[str, str]:
+    """name (canonical) → version of every `name==version` line of a lock."""
+    found = {}
+    for line in lock_text.splitlines():
+        m = re.match(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;\\]+)", line)
+        if m:
+            found[re.sub(r"[-_.]+", "-", m.group(1)).lower()] = m.group(2)
+    return found
+
+
+__all__ = ["SOURCE_BUILDS", "deps_path", "engine_sdist_pin", "pins", "read_deps", "set_status"]

@@ -180,6 +180,13 @@ def install_spec(target: Target) -> str:
         "plugin_reason": plugin.needs_vendor if plugin else "",
         "index_only": list(target.engine.index_only),
         "removed": list(target.engine.remove_packages),
+        # Installed beside the lock's set on purpose (the freeze check accepts them at these versions):
+        # the plugin and its vendor-only packages, each --no-deps.
+        "lock_extras": {
+            **({plugin.name: plugin.version} if plugin else {}),
+            **({name: v.version for name, v in plugin.vendor_only.items()} if plugin else {}),
+            **{name: "" for name in (target.engine.kernel_wheels.installs if target.engine.kernel_wheels else ())},
+        },
         "index_only_reason": (
             f"their right builds come only from {', '.join(target.engine.extra_index_urls)}"
             if target.engine.index_only
@@ -207,7 +214,17 @@ def render_context(matrix: Matrix, target: Target) -> dict:
         "extra_index_urls": list(target.engine.extra_index_urls),
         "engine_requirements": engine_requirements(matrix, target),
         "plugin_requirement": f"{target.plugin.name}=={target.plugin.version}" if target.plugin else "",
+        # The plugin step's own packages (the plugin, then what only the vendor serves), each --no-deps.
+        "plugin_pins": plugin_pins(target),
+        "sdist_only": sorted(target.plugin.sdist_only) if target.plugin else [],
     }
+
+
+def plugin_pins(target: Target) -> list[str]:
+    plugin = target.plugin
+    if plugin is None:
+        return []
+    return [f"{plugin.name}=={plugin.version}", *(f"{n}=={v.version}" for n, v in plugin.vendor_only.items())]
 
 
 def render_target(matrix: Matrix, target: Target, templates_dir: Path | None = None) -> RenderedDockerfile:

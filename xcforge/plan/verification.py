@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from xcforge.config.matrix import Matrix, Target
-from xcforge.plan import locks
+from xcforge.plan import locks, placeholders
 
 LEVELS = ("rendered", "deps-resolved", "engine-installed", "plugin-installed", "served-cpu", "device-tested")
 
@@ -58,6 +58,8 @@ def lock_status(matrix: Matrix, target: Target, platform: str, fallback: bool = 
     entry = locks.set_status(matrix, target, platform, fallback=fallback)
     if entry is None:
         return "missing", "run `python build.py deps`"
+    if entry.get("status") == "refused":
+        return "refused", str(entry.get("refused") or target.refused or "refused in matrix.yaml")
     engine = str(entry.get("engine") or "")
     return entry.get("status", "missing"), "" if engine == "locked" else engine.removeprefix("unverified: ")
 
@@ -100,11 +102,14 @@ def planned(
             if target.plugin is None:
                 level = "plugin-installed"
             elif _skipped_on(plugin_install, arch):
-                skipped.append(f"plugin: skipped ({target.plugin.needs_vendor})")
+                skipped.append(_placeholder_note(matrix, target))
             else:
                 level = "plugin-installed"
         if target.vendor_system_packages and _skipped_on(vendor_packages, arch):
             skipped.append("vendor apt packages: skipped (only the vendor base has their apt repository)")
+        kernels = target.engine.kernel_wheels
+        if kernels and _skipped_on(vendor_packages, arch):
+            skipped.append(f"kernel wheels: skipped ({', '.join(kernels.installs)}: only {kernels.source} serves them)")
         left_out = (*omitted, *(target.engine.index_only if platform in fallback else ()))
         skipped += [
             f"{name}: left out (its build is only on {', '.join(target.engine.extra_index_urls)})"
@@ -112,6 +117,16 @@ def planned(
         ]
         out.append(PlatformVerification(platform, level, status, skipped))
     return out
+
+
+def _placeholder_note(matrix: Matrix, target: Target) -> str:
+    """What a stand-in build installs in the plugin's place, by name (reports never say "installed")."""
+    held = placeholders.for_target(matrix, target)
+    names = ", ".join(f"{p.name} {p.version}" for p in held)
+    return (
+        f"plugin: stand-in placeholders for {names} (empty distributions of the same name and version; "
+        f"{target.plugin.needs_vendor if target.plugin else ''}); the rest of its closure is installed from the lock"
+    )
 
 
 def label_value(verifications: list[PlatformVerification]) -> str:

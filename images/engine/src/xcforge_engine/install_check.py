@@ -149,6 +149,113 @@ def pip_check_problems(allowed: list[str], omitted: list[str]) -> tuple[list[str
     return unexpected, accepted
 
 
+LOCK_TXT = "/etc/xcforge/lock.txt"
+PLACEHOLDER_MARKER = "XCFORGE-PLACEHOLDER"  # xcforge/plan/placeholders.py writes it into each placeholder
+
+
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def lock_pins(text: str) -> dict[str, str]:
+    """name → version of every `name==version` requirement line of a lock."""
+    found = {}
+    for line in text.splitlines():
+        m = re.match(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;\\]+)", line)
+        if m:
+            found[_canonical(m.group(1))] = m.group(2)
+    return found
+
+
+def installed_distributions(path: list[str] | None = None) -> dict[str, tuple[str, bool]]:
+    """name → (version, is an xcforge placeholder) of every distribution this Python sees."""
+    found = {}
+    for dist in metadata.distributions(**({"path": path} if path is not None else {})):
+        name = dist.metadata["Name"]
+        if name:
+            found[_canonical(name)] = (dist.version, dist.read_text(PLACEHOLDER_MARKER) is not None)
+    return found
+
+
+def freeze_drift(
+    lock: Mapping[str, str],
+    installed: Mapping[str, str],
+    base: Mapping[str, str],
+    extras: Mapping[str, str],
+    removed: list[str],
+) -> list[str]:
+    """How the installed set differs from what the build was to install: the lock's pins at their
+    versions, the extras (engine, plugin, vendor-only packages) at theirs, the base's own packages
+    as they were, and nothing else. One line per package, naming it."""
+    lock = {_canonical(k): v for k, v in lock.items()}
+    base = {_canonical(k): v for k, v in base.items()}
+    extras = {_canonical(k): v for k, v in extras.items()}
+    drift = []
+    for name, version in sorted(lock.items()):
+        have = installed.get(name)
+        if have is None:
+            drift.append(f"{name}=={version} is in the lock but not installed")
+        elif have != version:
+            drift.append(f"{name} {have} is installed, the lock says {version}")
+    for name, have in sorted(installed.items()):
+        if name in lock:
+            continue
+        if name in extras:
+            if extras[name] and have != extras[name]:
+                drift.append(f"{name} {have} is installed, the build installs {extras[name]}")
+        elif name in base:
+            if have != base[name]:
+                drift.append(f"{name} {have} is installed over the base's {base[name]} (not in the lock)")
+        else:
+            drift.append(f"{name} {have} is installed but is not in the lock")
+    drift += [
+        f"{name} is installed although the matrix removes it" for name in removed if _canonical(name) in installed
+    ]
+    return drift
+
+
+def _check_freeze(report: InstallReport, install: Mapping, image: Mapping, expected_engine: str) -> None:
+    """The image's final set against the lock it was built from (any drift fails the build)."""
+    try:
+        with open(LOCK_TXT, encoding="utf-8") as fh:
+            lock = lock_pins(fh.read())
+    except OSError:
+        report.add("freeze", "skipped", "no lock was used (unlocked build): nothing to compare the installed set with")
+        return
+    venv = os.environ.get("VIRTUAL_ENV") or sys.prefix
+    base = _read_json(os.path.join(venv, ".xcforge-base-packages.json"))
+    seen = installed_distributions()
+    placeheld = sorted(name for name, (_, placeholder) in seen.items() if placeholder)
+    extras = {
+        **{str(k): str(v) for k, v in (install.get("lock_extras") or {}).items()},
+        str(image.get("engine_package") or "vllm"): expected_engine,
+        "xcforge-engine": "",  # our launcher, installed last at the image's own version
+    }
+    drift = freeze_drift(
+        lock, {name: version for name, (version, _) in seen.items()}, base, extras, list(install.get("removed") or [])
+    )
+    if drift:
+        report.add(
+            "freeze",
+            "failed",
+            f"the installed set is not the lock {install.get('lock') or ''}: " + "; ".join(drift[:8]),
+        )
+    else:
+        report.add(
+            "freeze",
+            "ok",
+            f"{len(lock)} locked packages at their pins; besides them only the base's packages and "
+            + ", ".join(sorted(extras)),
+        )
+    if placeheld:
+        report.add(
+            "placeholders",
+            "stand-in",
+            "empty distributions of the same name and version stand in for: "
+            + ", ".join(f"{name} {seen[name][0]}" for name in placeheld),
+        )
+
+
 def run_check(
     env: Mapping[str, str], *, timeout: float = 900.0, write: str | None = VERIFICATION_JSON
 ) -> InstallReport:
@@ -193,6 +300,7 @@ def run_check(
         else:
             detail = "clean" if not accepted else f"clean but for {len(accepted)} accepted: " + "; ".join(accepted)
             report.add("pip-check", "ok", detail)
+        _check_freeze(report, install, image, expected)
         if not report.failed:
             report.level = "engine-installed"
         plugin, entry = image.get("plugin") or "", install.get("plugin_entry_point") or ""

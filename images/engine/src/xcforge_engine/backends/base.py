@@ -152,13 +152,15 @@ def device_finding(host: Host, check_id: str, path: str, flags: tuple[str, ...],
     return Finding(check_id, ERROR, f"{path} is missing", remedy, flags, subject=path)
 
 
-def numbered_finding(host: Host, check_id: str, prefix: str, flags: tuple[str, ...], remedy: str = "") -> Finding:
+def numbered_finding(
+    host: Host, check_id: str, prefix: str, flags: tuple[str, ...], remedy: str = "", missing: str = ERROR
+) -> Finding:
     nodes = host.numbered(prefix)
     if nodes:
         return _access_finding(host, check_id, nodes) or Finding(
             check_id, OK, f"{len(nodes)} present: {', '.join(nodes)}"
         )
-    return Finding(check_id, ERROR, f"no {prefix}<N> device", remedy, flags, subject=f"{prefix}<N>")
+    return Finding(check_id, missing, f"no {prefix}<N> device", remedy, flags, subject=f"{prefix}<N>")
 
 
 def file_finding(

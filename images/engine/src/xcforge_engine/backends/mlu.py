@@ -63,10 +63,16 @@ class MluBackend:
         return [
             device_finding(host, "mlu.device.cambricon_ctl", "/dev/cambricon_ctl", ("--device /dev/cambricon_ctl",)),
             numbered_finding(host, "mlu.device.cambricon_dev", "/dev/cambricon_dev", ("--device /dev/cambricon_dev0",)),
-            # The runtime's inter-process node; Cambricon's docker run examples pass it with each card,
-            # and matrix.yaml lists it among the target's devices.
+            # The runtime's inter-process node: Cambricon's docker run examples pass it with each card,
+            # but its Kubernetes device plugin treats it as optional (single-process serving runs without
+            # it), so its absence is a warning, not an error.
             numbered_finding(
-                host, "mlu.device.cambricon_ipcm", "/dev/cambricon_ipcm", ("--device /dev/cambricon_ipcm0",)
+                host,
+                "mlu.device.cambricon_ipcm",
+                "/dev/cambricon_ipcm",
+                ("--device /dev/cambricon_ipcm0",),
+                "needed for multi-process (tensor-parallel) serving across MLUs",
+                missing=WARNING,
             ),
             # cnmon is the host's monitoring tool; the engine runs without it, so only a warning.
             file_finding(

@@ -1,0 +1,166 @@
+"""The vendor facts the images depend on, as assertions on what is committed (rendered Dockerfiles,
+locks, matrix): each row names the vendor file it comes from, so a failing row says which fact broke.
+
+A paper check against the vendors' own files found each of these wrong once (issue 20); they are kept
+here so a matrix bump or a template change cannot quietly undo one.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from xcforge.config.matrix import load_matrix
+from xcforge.plan import locks
+
+ROOT = Path(__file__).resolve().parents[2]
+MATRIX = load_matrix(ROOT / "matrix.yaml")
+
+
+@cache
+def dockerfile(target: str) -> str:
+    return (ROOT / "images" / target / "Dockerfile").read_text()
+
+
+@cache
+def lock(target: str, name: str) -> dict[str, str]:
+    return locks.pins((ROOT / "images" / target / "locks" / name).read_text())
+
+
+def deps(target: str) -> dict:
+    return json.loads((ROOT / "images" / target / "locks" / "deps.json").read_text())
+
+
+def support(name: str) -> str:
+    return (ROOT / "images" / "support" / name).read_text()
+
+
+def version_tuple(v: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", v.split("+")[0])[:3])
+
+
+@dataclass(frozen=True)
+class Fact:
+    target: str
+    source: str
+    what: str
+    holds: Callable[[], bool]
+
+
+ASCEND_LOCKS = ("arm64-py311.txt", "arm64-py312.txt")
+COMPAT = ROOT / "images" / "engine" / "src" / "xcforge_engine" / "data" / "compat.json"
+
+
+def _instrumentator(name: str) -> tuple[int, ...]:
+    return version_tuple(lock("ascend", name)["prometheus-fastapi-instrumentator"])
+
+
+CUDA_LOCKS = ("amd64-py311.txt", "amd64-py312.txt")
+
+FACTS = [
+    # ---------------------------------------------------------------- ascend
+    *(
+        Fact("ascend", "vllm-ascend 0.23.0.post1 sdist PKG-INFO / requirements.txt", f"{name}: {what}", holds)
+        for name in ASCEND_LOCKS
+        for what, holds in (
+            ("transformers==5.5.4", lambda name=name: lock("ascend", name).get("transformers") == "5.5.4"),
+            ("fastapi<0.124.0", lambda name=name: version_tuple(lock("ascend", name)["fastapi"]) < (0, 124, 0)),
+            ("torch==2.10.0", lambda name=name: lock("ascend", name).get("torch") == "2.10.0"),
+            ("torch-npu==2.10.0.post4", lambda name=name: lock("ascend", name).get("torch-npu") == "2.10.0.post4"),
+            ("torchvision==0.25.0", lambda name=name: lock("ascend", name).get("torchvision") == "0.25.0"),
+            ("torchaudio==2.10.0", lambda name=name: lock("ascend", name).get("torchaudio") == "2.10.0"),
+            ("memfabric-hybrid==1.2.0", lambda name=name: lock("ascend", name).get("memfabric-hybrid") == "1.2.0"),
+            ("arctic-inference==0.1.1", lambda name=name: lock("ascend", name).get("arctic-inference") == "0.1.1"),
+            # starlette under fastapi<0.124 and an instrumentator that accepts it: `pip check` clean.
+            ("prometheus-fastapi-instrumentator<8", lambda name=name: _instrumentator(name) < (8,)),
+        )
+    ),
+    Fact("ascend", "vllm-ascend 0.23.0.post1 requirements.txt (triton-ascend==3.2.2, Huawei's index only)",
+         "triton-ascend is vendor-only: not in the locks, installed --no-deps by the plugin step",
+         lambda: all(not {"triton", "triton-ascend"} & set(lock("ascend", n)) for n in ASCEND_LOCKS)
+         and "--no-deps vllm-ascend==0.23.0.post1 triton-ascend==3.2.2" in dockerfile("ascend")),
+    Fact("ascend", "vllm-ascend Dockerfile: pip uninstall -y triton triton-ascend, then reinstall triton-ascend",
+         "nothing uninstalls triton after triton-ascend went in (they share triton/)",
+         lambda: "uninstall -y triton" not in dockerfile("ascend")),
+    Fact("ascend", "vllm-ascend Dockerfile: apt-get install clang-15; update-alternatives clang",
+         "clang-15 installed and made the default clang",
+         lambda: "        clang-15 \\" in dockerfile("ascend")
+         and "update-alternatives --install /usr/bin/clang clang /usr/bin/clang-15 20" in dockerfile("ascend")),
+    Fact("ascend", "CANN set_env.sh parses its arguments",
+         "xcforge-env hands each env script its own arguments, never the launcher's",
+         lambda: 'source_script "$script" $args' in support("xcforge-env")),
+    Fact("ascend", "vllm-ascend 0.23.0.post1 docs: CANN 9.1.0",
+         "the driver compatibility table has a CANN 9.1 row",
+         lambda: any(r["cann"] == "9.1" for r in json.loads(COMPAT.read_text())["cann_driver"])),
+    Fact("ascend", "x86_64 torch-npu 2.10.0.post4 requires torch==2.10.0+cpu (PyTorch's CPU index only)",
+         "the amd64 sets say which index they need instead of claiming a lock",
+         lambda: all(s["status"] == "unverified" and "download.pytorch.org" in s["engine"]
+                     for s in deps("ascend")["sets"] if s["platform"] == "linux/amd64")),
+    # ---------------------------------------------------------------- mlu
+    Fact("mlu", "Cambricon/vllm-mlu@8fa99fd9 requirements.txt (setup.py install_requires)",
+         "the vendor's requirements are committed verbatim and resolved with vLLM's",
+         lambda: "transformers == 4.51.3" in (ROOT / "images/mlu/vendor/vllm-mlu-requirements.txt").read_text()
+         and MATRIX.targets["mlu"].plugin.vendor_requirements == "vendor/vllm-mlu-requirements.txt"),
+    Fact("mlu", "vLLM 0.11.0 requirements/common.txt: transformers>=4.55.2",
+         "the conflict with vllm-mlu's transformers==4.51.3 is recorded: mlu is refused, no lock claims it",
+         lambda: MATRIX.targets["mlu"].refused and all(
+             s["status"] == "refused" and "4.51.3" in s["refused"] and not s["lock"] for s in deps("mlu")["sets"])),
+    Fact("mlu", "torch 2.7.1 wheel METADATA: triton==3.3.1",
+         "the base's triton is provided (never replaced by PyPI's newest)",
+         lambda: MATRIX.targets["mlu"].base.provides.get("triton") == "3.3.1"),
+    # ---------------------------------------------------------------- musa
+    Fact("musa", "MooreThreads/vllm-musa setup.py: third_party/PINS checkout, vllm_musa/patches, mcc builds",
+         "musa is refused: no set claims deps-resolved, the Dockerfile says REFUSED",
+         lambda: MATRIX.targets["musa"].refused and "# REFUSED:" in dockerfile("musa")
+         and all(s["status"] == "refused" and not s["lock"] for s in deps("musa")["sets"])),
+    # ---------------------------------------------------------------- cpu
+    Fact("cpu", "vLLM 0.33.0 docker/Dockerfile.cpu: ENV UV_INDEX_STRATEGY=\"unsafe-best-match\"",
+         "the native uv install takes the best match across PyPI and PyTorch's index",
+         lambda: "export UV_INDEX_STRATEGY=unsafe-best-match" in support("xcforge-install-engine")),
+    Fact("cpu", "vLLM 0.33.0 docker/Dockerfile.cpu base-amd64: LD_PRELOAD ...:/opt/venv/lib/libiomp5.so",
+         "amd64 preloads intel-openmp's libiomp5, arm64 does not",
+         lambda: "amd64) libs=/opt/venv/lib/libiomp5.so ;;" in dockerfile("cpu")
+         and "arm64) libs=" not in dockerfile("cpu")),
+    # ---------------------------------------------------------------- cuda
+    Fact("cuda", "vLLM 0.33.0 docker/Dockerfile vllm-runtime-base: ffmpeg libsm6 libxext6 libgl1",
+         "the runtime libraries upstream installs are installed",
+         lambda: all(f"        {p} \\" in dockerfile("cuda") or f"        {p}\n" in dockerfile("cuda")
+                     for p in ("ffmpeg", "libsm6", "libxext6", "libgl1", "g++"))),
+    Fact("cuda", "vLLM 0.33.0 docker/Dockerfile: RUN ... flashinfer download-kernels",
+         "FlashInfer's kernel wheels are installed (and accepted beside the lock by the freeze check)",
+         lambda: "    flashinfer download-kernels\n" in dockerfile("cuda")
+         and '"flashinfer-cubin":""' in dockerfile("cuda")),
+    Fact("cuda", "NVIDIA container toolkit: NVDEC/NVENC libraries only with the video capability",
+         "NVIDIA_DRIVER_CAPABILITIES includes video",
+         lambda: "NVIDIA_DRIVER_CAPABILITIES=compute,utility,video" in dockerfile("cuda")),
+    Fact("cuda", "apt sources of nvidia/cuda bases (developer.download.nvidia.com)",
+         "APT_MIRROR rewrites only the distribution's hosts",
+         lambda: "https?://[^/ ]+#" not in dockerfile("cuda") and "ubuntu\\.com" in dockerfile("cuda")),
+    *(
+        Fact("cuda", "torch 2.14.0 METADATA: cuda-toolkit==13.0.3 (driver >= 580)", f"{name}: {pkg} on 13.0",
+             lambda name=name, pkg=pkg: lock("cuda", name)[pkg].startswith("13.0."))
+        for name in CUDA_LOCKS
+        for pkg in ("nvidia-cuda-nvcc", "nvidia-nvjitlink", "nvidia-cuda-cccl", "nvidia-cuda-runtime",
+                    "nvidia-cuda-nvrtc")
+    ),
+    # ---------------------------------------------------------------- every vLLM target
+    *(
+        Fact(name, "vLLM 0.33.0 docker/entrypoints/vllm-nonroot-entrypoint.sh (HOME, USER for arbitrary UIDs)",
+             "the entrypoint gives an arbitrary UID a writable HOME and a user name",
+             lambda name=name: 'ENTRYPOINT ["/usr/bin/tini", "--", "xcforge-env"' in dockerfile(name)
+             and "XCFORGE_HOME=/home/xcforge" in dockerfile(name) and 'export LOGNAME=' in support("xcforge-env"))
+        for name, t in MATRIX.targets.items()
+        if t.engine.is_vllm
+    ),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("fact", FACTS, ids=[f"{f.target}: {f.what}" for f in FACTS])
+def test_vendor_fact(fact: Fact) -> None:
+    assert fact.holds(), f"{fact.target}: {fact.what} -- no longer true; source: {fact.source}"

@@ -1,0 +1,67 @@
+"""README.md's target table, generated from the matrix and the committed locks between markers, and
+drift-checked by `render --check` like the Dockerfiles: a new target, a version bump or a refusal
+shows in the README without a hand edit."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from xcforge import generated
+from xcforge.config.matrix import Matrix, Target
+from xcforge.plan import locks
+from xcforge.plan.render import engine_title
+
+BEGIN = "<!-- BEGIN GENERATED: python build.py render (edit matrix.yaml, not this table) -->"
+END = "<!-- END GENERATED -->"
+
+
+def _engine(matrix: Matrix, target: Target) -> str:
+    package = target.engine.package
+    text = engine_title(matrix, target) + (f" ({package})" if target.engine.is_vllm and package != "vllm" else "")
+    if target.plugin:
+        text += f" + {target.plugin.name} {target.plugin.version}"
+    return text
+
+
+def _locks(matrix: Matrix, target: Target) -> str:
+    """Per platform, the committed lock's status for the vendor's Python (`deps`)."""
+    if target.refused:
+        return f"**refused**: {target.refused}"
+    parts = []
+    for platform in target.platforms:
+        entry = locks.set_status(matrix, target, platform) if target.engine.is_vllm else None
+        if target.engine.is_vllm:
+            status = entry.get("status", "missing") if entry else "missing"
+            needs = f" (needs {', '.join(entry['needs'])})" if entry and entry.get("needs") else ""
+        else:
+            status, needs = ("locked" if locks.engine_sdist_pin(matrix, target) else "missing"), ""
+        parts.append(f"{platform.split('/', 1)[1]}: {status}{needs}")
+    fallback = target.engine.fallback
+    for platform in fallback.platforms if fallback else ():
+        entry = locks.set_status(matrix, target, platform, fallback=True) or {}
+        parts.append(
+            f"{platform.split('/', 1)[1]} fallback {fallback.version} (PyPI only): {entry.get('status', 'missing')}"
+        )
+    return "; ".join(parts)
+
+
+def table(matrix: Matrix) -> str:
+    rows = [
+        "| target | hardware | platforms | base | engine | locks |",
+        "|---|---|---|---|---|---|",
+    ]
+    for t in matrix.targets.values():
+        cells = [f"`{t.name}`", t.hardware, ", ".join(t.platforms), f"`{t.base.image}`", _engine(matrix, t)]
+        rows.append("| " + " | ".join([*cells, _locks(matrix, t)]) + " |")
+    return "\n".join(rows)
+
+
+def write_or_check(matrix: Matrix, check: bool, path: Path | None = None) -> generated.Generated:
+    path = path or matrix.root / "README.md"
+    text = path.read_text(encoding="utf-8")
+    head, sep, rest = text.partition(BEGIN)
+    _, sep2, tail = rest.partition(END)
+    if not sep or not sep2:
+        # A project without the README section (a test's copy) has no table to keep.
+        return generated.Generated(path, "unchanged")
+    return generated.write_or_check(path, f"{head}{BEGIN}\n{table(matrix)}\n{END}{tail}", check=check)
