@@ -45,6 +45,21 @@ class _Parser(argparse.ArgumentParser):
         raise ConfigError(f"{self.prog}: {message} (see --help)")
 
 
+MATRIX_ENV = "XCFORGE_MATRIX"
+
+
+def _matrix_path(value: str) -> Path:
+    if value.strip():
+        return Path(value)
+    env = os.environ.get(MATRIX_ENV)
+    if env is not None and not env.strip():
+        raise ConfigError(
+            f"${MATRIX_ENV} is set but empty; unset it (the default is ./matrix.yaml) or set it to the matrix "
+            "file's path"
+        )
+    raise ConfigError("--matrix is empty; name the matrix file (e.g. --matrix matrix.yaml)")
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The whole command line, or with `command` only the module that registers it."""
     parser = _Parser(
@@ -54,8 +69,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"xcforge {__version__}")
     common = _Parser(add_help=False)
     common.add_argument("--debug", action="store_true", help="show tracebacks for errors")
+    # A string default goes through `type` too (argparse converts it when the flag is absent), so an
+    # empty $XCFORGE_MATRIX is refused as such instead of reading the current directory.
     common.add_argument(
-        "--matrix", type=Path, default=Path(os.environ.get("XCFORGE_MATRIX", "matrix.yaml")), help="matrix file"
+        "--matrix", type=_matrix_path, default=os.environ.get(MATRIX_ENV, "matrix.yaml"), help="matrix file"
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for module_name, names in COMMAND_MODULES.items():

@@ -241,7 +241,29 @@ def test_mlu_without_ipcm_nodes_serves_with_a_warning(machine, env_for, capsys):
     fake = machine("mlu")
     for path in ("/dev/cambricon_ipcm0", "/dev/cambricon_ipcm1"):
         fake.remove(path)
-    code, report = doctor(capsys, fake, env_for("mlu"))
+    _, report = doctor(capsys, fake, env_for("mlu"))
     (ipcm,) = [c for c in report["checks"] if c["id"] == "mlu.device.cambricon_ipcm"]
     assert ipcm["status"] == "warning" and "--device /dev/cambricon_ipcm0" in ipcm["flags"]
     assert "mlu.device.cambricon_ipcm" not in [c["id"] for c in report["checks"] if c["status"] == "error"]
+
+
+def test_llamacpp_shm_check_is_llama_servers_not_vllms(machine, env_for, capsys):
+    """llama-server is one process: Docker's 64 MiB /dev/shm is no problem for it (issue 22, item 5)."""
+    fake = machine("llamacpp")
+    fake.shm("65536k")
+    fake.write("/models/q.gguf", "GGUF")
+    env = env_for("llamacpp")
+    server = Software(python="3.11.2", server="/usr/local/bin/llama-server")
+    _, report = doctor(capsys, fake, env, server)
+    (shm,) = [c for c in report["checks"] if c["id"] == "shm.size"]
+    assert shm["status"] == "ok" and shm["flags"] == [] and shm["message"].startswith("/dev/shm is 64 MiB")
+    assert "llama-server does not use /dev/shm" in shm["message"] and "memory limit" in shm["message"]
+    assert not any("vLLM" in c["message"] or "--shm-size" in c["flags"] for c in report["checks"])
+    assert main(["--dry-run", "--model", "/models/q.gguf"], env=env, host=fake.host, software=server) == 0
+    assert "/dev/shm" not in capsys.readouterr().err  # serve's preflight: no shm warning either
+    # vLLM's backends keep theirs (test_cpu_report_shows_limits_features_and_serve_defaults).
+    cpu = machine("cpu")
+    cpu.shm("65536k")
+    _, report = doctor(capsys, cpu, env_for("cpu"))
+    (shm,) = [c for c in report["checks"] if c["id"] == "shm.size"]
+    assert shm["status"] == "warning" and "vLLM's worker processes" in shm["message"]

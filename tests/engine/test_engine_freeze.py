@@ -88,3 +88,10 @@ def test_placeholder_wheels_are_reproducible(tmp_path: Path) -> None:
     first = write([p], tmp_path / "a")[0].read_bytes()
     second = write([p], tmp_path / "b")[0].read_bytes()
     assert first == second and p.filename == "vllm_ascend-0.23.0.post1-py3-none-any.whl"
+
+
+def test_the_base_packages_the_lock_replaces_are_listed() -> None:
+    lock = {"pip": "26.3", "numpy": "2.2.6", "torch": "2.10.0"}
+    assert install_check.base_replaced(lock, {"pip": "23.0.1", "numpy": "2.2.6", "te": "0.4.0"}) == [
+        "pip 23.0.1 → 26.3"
+    ]

@@ -261,4 +261,3 @@ def test_real_host_requires_character_devices(tmp_path):
     assert Host(tmp_path, strict_devices=False).is_device("/dev/nvidiactl")
     assert not Host(tmp_path, strict_devices=True).is_device("/dev/nvidiactl")
     assert Host(strict_devices=True).is_device("/dev/null")  # a real character device
-

@@ -127,12 +127,31 @@ def _check_key_file(flag: str, path: Path | None) -> None:
         raise ConfigError(f"{flag} {path}: not a file; give the private key file")
 
 
+def _check_wheelhouse(path: Path | None) -> None:
+    if path is None:
+        return
+    if not path.exists():
+        raise ConfigError(
+            f"--wheelhouse {path}: does not exist; give the directory of wheels (e.g. `pip download -d DIR ...`)"
+        )
+    if not path.is_dir():
+        raise ConfigError(
+            f"--wheelhouse {path}: is a file, not a directory; give the directory the .whl files are in"
+        )
+
+
 def _options(args: argparse.Namespace) -> BuildOptions:
     if args.builder is not None and not BUILDER_NAME_RE.fullmatch(args.builder):
         raise ConfigError(f"--builder {args.builder!r}: not a buildx builder name (letters, digits, . _ -)")
     _check_dist(args.dist)
     _check_key_file("--sm2-key", args.sm2_key)
     _check_key_file("--cosign-key", args.cosign_key)
+    if args.push and args.push_by_digest:
+        raise ConfigError(
+            "--push and --push-by-digest are different output modes: --push pushes a tagged multi-platform "
+            "index, --push-by-digest one untagged platform for `merge`; pass only one of them"
+        )
+    _check_wheelhouse(args.wheelhouse)
     if args.sign and not (args.push or args.push_by_digest):
         raise ConfigError(
             "--sign signs pushed digests only: add --push --registry R (an archive is signed with `sign`)"

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import re
 import shlex
 import sys
@@ -10,7 +12,7 @@ from pathlib import Path
 
 from ocicore.errors import ConfigError
 from xcforge.commands._drift import report_drift
-from xcforge.commands._paths import blocking_file
+from xcforge.commands._paths import blocking_file, unwritable_reason
 from xcforge.config.matrix import load_matrix
 from xcforge.paths import REPO_ROOT
 
@@ -124,13 +126,29 @@ def run_deploy(args: argparse.Namespace) -> int:
     command = "python build.py deploy " + shlex.join(_argv_for_header(args))
     text = deploy.render_manifests(docs, deploy.manifest_header(command))
     if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        path = args.out / f"{docs[0]['metadata']['name']}.yaml"
-        path.write_text(text, encoding="utf-8")
+        path = _write_manifest(args.out, f"{docs[0]['metadata']['name']}.yaml", text)
         print(f"wrote {path} (Deployment, Service, HorizontalPodAutoscaler)", file=sys.stderr)
     else:
         sys.stdout.write(text)
     return 0
+
+
+def _write_manifest(out: Path, name: str, text: str) -> Path:
+    """<out>/<name>, whole or not at all: written beside it, then renamed over it."""
+    path = out / name
+    partial = out / f".{name}.partial"
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        partial.write_text(text, encoding="utf-8")
+        os.replace(partial, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            partial.unlink(missing_ok=True)
+        raise ConfigError(
+            f"--out {out}: cannot write {name} ({exc.strerror or exc}); give a directory you can write to "
+            "(or omit --out to print the manifests)"
+        ) from None
+    return path
 
 
 # Kubernetes object names: a namespace is a DNS-1123 label, a claim name a DNS-1123 subdomain.
@@ -153,6 +171,12 @@ def _check_names_and_out(args: argparse.Namespace) -> None:
         blocker = blocking_file(args.out)
         if blocker is not None:
             raise ConfigError(f"--out {args.out}: {blocker} is a file; give the directory the manifest goes into")
+        reason = unwritable_reason(args.out)
+        if reason is not None:
+            raise ConfigError(
+                f"--out {args.out}: {reason}; give a directory you can write to (or omit --out to print the "
+                "manifests)"
+            )
 
 
 def _argv_for_header(args: argparse.Namespace) -> list[str]:

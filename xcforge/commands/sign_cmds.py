@@ -9,11 +9,12 @@ CI secrets arrive.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 from pathlib import Path
 
 from ocicore.errors import ConfigError, VerificationFailed
-from xcforge.commands._paths import blocking_file
+from xcforge.commands._paths import blocking_file, unwritable_reason
 from xcforge.sign import keys
 
 AUDIT_ENV = "XCFORGE_AUDIT_LOG"
@@ -165,20 +166,22 @@ def _require_password(password: str | None, env: str, no_password: bool) -> None
         )
 
 
-def _write_private(path: Path, data: bytes, force: bool) -> None:
+def _write_private(path: Path, data: bytes, force: bool, written: list[Path]) -> None:
     flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if force else os.O_EXCL)
     try:
         fd = os.open(path, flags, 0o600)
     except FileExistsError as exc:
         raise ConfigError(f"{path} exists; pass --force to replace it") from exc
+    written.append(path)
     with os.fdopen(fd, "wb") as fh:
         fh.write(data)
     os.chmod(path, 0o600)  # O_CREAT's mode is not applied to a file that already existed
 
 
-def _write_public(path: Path, data: bytes, force: bool) -> None:
+def _write_public(path: Path, data: bytes, force: bool, written: list[Path]) -> None:
     if path.exists() and not force:
         raise ConfigError(f"{path} exists; pass --force to replace it")
+    written.append(path)
     path.write_bytes(data)
 
 
@@ -194,6 +197,9 @@ def run_keygen(args: argparse.Namespace) -> int:
     if args.out.exists() and not args.out.is_dir():
         raise ConfigError(f"keygen --out {args.out}: is a file; give the directory the key files go into")
     _check_directory(args.out, "keygen --out")
+    reason = unwritable_reason(args.out)
+    if reason is not None:
+        raise ConfigError(f"keygen --out {args.out}: {reason}; give a directory you can write to (--out DIR)")
     # Every input is checked before the first file is written: no half-made key set.
     audit = _audit(args)
     wanted = [("sm2", keys.SM2_PASSWORD_ENV, "the new SM2 key")] if args.sm2 else []
@@ -211,16 +217,26 @@ def run_keygen(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise ConfigError(f"keygen --out {args.out}: cannot create it ({exc.strerror or exc})") from None
     made = []
-    if args.sm2:
-        key = Sm2PrivateKey.generate()
-        _write_private(args.out / "sm2.key", key.to_pem(passwords["sm2"] or None), args.force)
-        _write_public(args.out / "sm2.pub", key.public_key.to_pem(), args.force)
-        made.append(("sm2", key.key_id, args.out / "sm2.key", args.out / "sm2.pub"))
-    if args.cosign:
-        key = CosignPrivateKey.generate()
-        _write_private(args.out / "cosign.key", key.to_cosign_pem(passwords["cosign"] or ""), args.force)
-        _write_public(args.out / "cosign.pub", key.public_key.to_pem(), args.force)
-        made.append(("cosign", key.key_id, args.out / "cosign.key", args.out / "cosign.pub"))
+    written: list[Path] = []
+    try:
+        if args.sm2:
+            key = Sm2PrivateKey.generate()
+            _write_private(args.out / "sm2.key", key.to_pem(passwords["sm2"] or None), args.force, written)
+            _write_public(args.out / "sm2.pub", key.public_key.to_pem(), args.force, written)
+            made.append(("sm2", key.key_id, args.out / "sm2.key", args.out / "sm2.pub"))
+        if args.cosign:
+            key = CosignPrivateKey.generate()
+            _write_private(args.out / "cosign.key", key.to_cosign_pem(passwords["cosign"] or ""), args.force, written)
+            _write_public(args.out / "cosign.pub", key.public_key.to_pem(), args.force, written)
+            made.append(("cosign", key.key_id, args.out / "cosign.key", args.out / "cosign.pub"))
+    except OSError as exc:
+        for path in written:  # no half-made key set
+            with contextlib.suppress(OSError):
+                path.unlink()
+        raise ConfigError(
+            f"keygen --out {args.out}: cannot write {Path(exc.filename or '').name or 'the key files'} "
+            f"({exc.strerror or exc}); give a directory you can write to (--out DIR)"
+        ) from None
     for scheme, key_id, private, public in made:
         print(f"{scheme:<6} key {key_id[:16]}  private {private} (0600)  public {public}")
         if audit is not None:
@@ -319,6 +335,15 @@ def run_verify(args: argparse.Namespace) -> int:
     if bool(args.image) == bool(args.target):
         raise ConfigError("verify: give IMAGE@DIGEST or --target NAME (one of them)")
     image, archive = (args.image, args.archive) if args.image else _target_reference(args)
+    ref = Reference.parse(image)
+    if archive is not None and ref.digest is None:
+        raise ConfigError("verify --archive needs IMAGE@DIGEST (the name and digest the archive was signed for)")
+    if ref.digest is None:
+        # A tag can move between this check and the pull: what was verified must be what runs.
+        raise ConfigError(
+            f"verify {image}: a tag, not a digest; pass {ref.name}@sha256:<digest> "
+            f"(`docker buildx imagetools inspect {image}` prints the digest)"
+        )
     sm2_keys = keys.public_keys(args.sm2_key, keys.SM2_KEY_ENV, "sm2")
     cosign_keys = keys.public_keys(args.cosign_key, keys.COSIGN_KEY_ENV, "cosign")
     require = [s.strip() for s in args.require.split(",") if s.strip()] if args.require else None
@@ -328,9 +353,6 @@ def run_verify(args: argparse.Namespace) -> int:
         "sm2_dist_id": args.sm2_distid.encode("utf-8"),
         "attestations": "require" if args.require_attestations else not args.no_attestations,
     }
-    ref = Reference.parse(image)
-    if archive is not None and ref.digest is None:
-        raise ConfigError("verify --archive needs IMAGE@DIGEST (the name and digest the archive was signed for)")
     try:
         if archive is not None:
             report = verify_archive(archive, ref.digest, ref.name, sm2_keys, cosign_keys, require, **options)
@@ -379,11 +401,18 @@ def run_promote(args: argparse.Namespace) -> int:
 
 
 def run_audit_verify(args: argparse.Namespace) -> int:
-    from signing.audit import DEFAULT_AUDIT_LOG, AuditHead, verify_audit_log
+    from signing.audit import DEFAULT_AUDIT_LOG, AuditHead, AuditLog, verify_audit_log
 
     path = args.path or Path(os.environ.get(AUDIT_ENV, DEFAULT_AUDIT_LOG))
     if path.is_dir():
         raise ConfigError(f"audit verify {path}: is a directory; give the audit log file (or ${AUDIT_ENV})")
+    if not path.exists() and not AuditLog(path).segments():
+        # Still a verification failure (exit 8): a deleted log is what tampering looks like.
+        raise VerificationFailed(
+            f"audit log {path}: does not exist (nor any rotated segment of it); name the log "
+            f"(`audit verify PATH` or ${AUDIT_ENV}, default {DEFAULT_AUDIT_LOG}), or restore it from a backup "
+            "or an `audit export` archive if it was deleted"
+        )
     expected = None
     if args.expect_head:
         count, sep, last_hash = args.expect_head.partition(":")
@@ -415,7 +444,10 @@ def run_audit_action(args: argparse.Namespace) -> int:
 
     log = AuditLog(args.path or Path(os.environ.get(AUDIT_ENV, DEFAULT_AUDIT_LOG)))
     if args.audit_action != "checkpoint" and not log.path.exists():
-        raise ConfigError(f"audit {args.audit_action}: {log.path} does not exist")
+        raise ConfigError(
+            f"audit {args.audit_action}: {log.path} does not exist; name the log (`audit {args.audit_action} "
+            f"PATH` or ${AUDIT_ENV}, default {DEFAULT_AUDIT_LOG}): keygen, sign and verify create it"
+        )
     if args.audit_action == "checkpoint":
         key = keys.load_sm2_signing_key(args.sm2_key)
         if key is None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import errno
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -654,9 +655,20 @@ def load_matrix(path: Path | str = "matrix.yaml") -> Matrix:
     except FileNotFoundError:
         raise ConfigError(f"{path}: file not found; run from the repository root or pass --matrix") from None
     except OSError as exc:
-        raise ConfigError(f"{path}: cannot read ({exc.strerror})") from None
+        raise ConfigError(f"{path}: cannot read ({exc.strerror}); {_read_remedy(path, exc)}") from None
     raw, lines = load_yaml(text, path)
     return parse_matrix(raw, path, lines)
+
+
+def _read_remedy(path: Path, exc: OSError) -> str:
+    """What to do about a matrix file that exists but cannot be read."""
+    if isinstance(exc, IsADirectoryError):
+        return f"a directory: pass --matrix FILE (or set XCFORGE_MATRIX), e.g. {path / 'matrix.yaml'}"
+    if exc.errno == errno.ELOOP:
+        return f"a symlink loop: make {path} point at the real matrix.yaml (or pass --matrix FILE)"
+    if isinstance(exc, PermissionError):
+        return f"make it readable by this user (chmod a+r {path}) or pass --matrix FILE to a readable copy"
+    return "pass --matrix FILE (or set XCFORGE_MATRIX) to a readable matrix.yaml"
 
 
 _TOP_KEYS = ("schema", "engine", "defaults", "targets")

@@ -245,11 +245,15 @@ def _check_ca_bundle(path: Path, value: Path, resolved: Path) -> None:
     try:
         data = resolved.read_bytes()
     except OSError as exc:
-        raise ConfigError(f"{path}: ca_bundle: cannot read '{value}' ({exc.strerror})") from None
+        raise ConfigError(
+            f"{path}: ca_bundle: cannot read '{value}' ({exc.strerror}); make it readable by this user "
+            "(chmod a+r) or point ca_bundle at a readable copy"
+        ) from None
     if b"-----BEGIN CERTIFICATE-----" not in data:
         raise ConfigError(
-            f"{path}: ca_bundle: '{value}' holds no PEM certificate (-----BEGIN CERTIFICATE-----); convert a DER "
-            "file with `openssl x509 -inform der -in CA.cer -out ca.pem`"
+            f"{path}: ca_bundle: '{value}' holds no PEM certificate (-----BEGIN CERTIFICATE-----); point "
+            "ca_bundle at your CA's certificates in PEM (a DER file converts with "
+            "`openssl x509 -inform der -in CA.cer -out ca.pem`)"
         )
 
 

@@ -10,11 +10,15 @@ The result is a hash-pinned pip requirements file committed under `images/<targe
 * `partial`     the engine side is locked, the plugin's requirements need an index this machine
                 cannot reach (resolved at build time, visibly);
 * `unverified`  the engine side itself needs an unreachable index ("unverified: needs URL");
-* `conflict`    every index was reachable and the requirements do not resolve (an error).
+* `conflict`    every index was reachable and the requirements do not resolve (an error);
+* `refused`     the matrix refuses the target (targets.<name>.refused): resolved for the report, no lock.
 
-An index that cannot be reached is never a pass: its set says which index it needs. Requirements of
-engines and plugins built from sdists (vLLM's empty device, vllm-ascend) are read from the sdist's
-own requirements file, as their setup.py does, because their metadata is dynamic.
+An index that cannot be reached is never a pass: its set says which index it needs. The engine and its
+plugin are one resolution: requirements of engines and plugins built from sdists (vLLM's empty device,
+vllm-ascend) are read from the sdist's own requirements file, as their setup.py does, because their
+metadata is dynamic; a private plugin's from the vendor's file committed beside the matrix. A package
+no public index serves (plugin.vendor_only) resolves through an empty placeholder of the same name and
+version (placeholders.py) and is left out of the lock, which names it.
 """
 
 from __future__ import annotations

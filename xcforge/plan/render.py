@@ -180,6 +180,8 @@ def install_spec(target: Target) -> str:
         "plugin_reason": plugin.needs_vendor if plugin else "",
         "index_only": list(target.engine.index_only),
         "removed": list(target.engine.remove_packages),
+        # What the vendor's base ships (the lock never replaces it; check-install's freeze says if it did).
+        "provided": dict(target.base.provides),
         # Installed beside the lock's set on purpose (the freeze check accepts them at these versions):
         # the plugin and its vendor-only packages, each --no-deps.
         "lock_extras": {

@@ -37,8 +37,20 @@ def _key_bytes(path: Path | None, env: str, what: str) -> tuple[bytes, str] | No
     pem = os.environ.get(env)
     if pem:
         not_a_path(pem, env, what)
+        pem_text(pem, env, what)
         return pem.encode(), f"${env}"
     return None
+
+
+def pem_text(value: str, env: str, what: str) -> None:
+    """The variable holds PEM text, or it is refused here with what to put in it instead."""
+    if "-----BEGIN" in value:
+        return
+    flag = "--sm2-key" if "SM2" in env else "--cosign-key"
+    raise SigningError(
+        f"${env} holds no PEM key (no -----BEGIN line); put the {what}'s PEM text in it "
+        f'({env}="$(cat KEYFILE)"), or unset it and pass {flag} FILE'
+    )
 
 
 def not_a_path(value: str, env: str, what: str) -> None:
@@ -113,6 +125,7 @@ def public_keys(paths: list[Path], env: str, scheme: str) -> list:
             raise ConfigError(f"{flag} {path}: {exc.strerror or exc}; give a {scheme} public key file (PEM)") from None
     if not blobs and os.environ.get(env):
         not_a_path(os.environ[env], env, f"{scheme} key")
+        pem_text(os.environ[env], env, f"{scheme} key")
         blobs = [(os.environ[env].encode(), f"${env}")]
     keys = []
     for data, source in blobs:

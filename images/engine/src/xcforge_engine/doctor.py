@@ -52,7 +52,7 @@ def build_report(
         engine_finding(image, software),
         *backend.checks(host, env, image),
         *backend.compat(versions),
-        shm_finding(host),
+        shm_finding(host, backend),
     ]
     if model:
         errors, warnings = model_problems(host, model)

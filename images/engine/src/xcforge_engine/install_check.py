@@ -214,6 +214,12 @@ def freeze_drift(
     return drift
 
 
+def base_replaced(lock: Mapping[str, str], base: Mapping[str, str]) -> list[str]:
+    """The base's packages the lock installs at another version (shadowing or replacing them)."""
+    base = {_canonical(k): v for k, v in base.items()}
+    return [f"{name} {base[name]} → {v}" for name, v in sorted(lock.items()) if base.get(name, v) != v]
+
+
 def _check_freeze(report: InstallReport, install: Mapping, image: Mapping, expected_engine: str) -> None:
     """The image's final set against the lock it was built from (any drift fails the build)."""
     try:
@@ -234,6 +240,16 @@ def _check_freeze(report: InstallReport, install: Mapping, image: Mapping, expec
     drift = freeze_drift(
         lock, {name: version for name, (version, _) in seen.items()}, base, extras, list(install.get("removed") or [])
     )
+    # What the vendor's base ships and the matrix declares (base.provides) the lock may not replace.
+    provided = {_canonical(k): str(v) for k, v in (install.get("provided") or {}).items()}
+    drift += [
+        f"{name} {seen[name][0]} is installed, the base provides {version}"
+        for name, version in sorted(provided.items())
+        if name in seen and seen[name][0] != version
+    ]
+    replaced = base_replaced(lock, base)
+    if replaced:
+        report.add("base", "ok", f"the lock replaces {len(replaced)} of the base's packages: " + ", ".join(replaced))
     if drift:
         report.add(
             "freeze",

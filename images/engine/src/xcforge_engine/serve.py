@@ -264,7 +264,7 @@ def plan_serve(
         cpuinfo_finding(host, image),
         *backend.checks(host, env, image),
         *_compat_findings(backend, host, env, software),
-        shm_finding(host),
+        shm_finding(host, backend),
     ]
     errors = _preflight_lines(backend, findings)
     warnings += [_warning_text(f) for f in findings if f.status == WARNING]

@@ -116,7 +116,9 @@ class Backend(Protocol):
     rank: int  # listing order: accelerators (10-49) before the CPU engines (80-99)
     probe: str | None  # a control node present only when the vendor's devices were passed in
     distributions: tuple[str, ...]  # Python distributions the backend adds beside vLLM and torch
-    # Optional: `presets`, a PresetSizing for a backend that data/presets.json has no column for.
+    # Optional: `presets`, a PresetSizing for a backend that data/presets.json has no column for;
+    # `shm_minimum` (bytes of /dev/shm the engine needs, default SHM_MINIMUM; None: not used) and
+    # `shm_note` (what doctor says instead when it is None).
 
     def device_nodes(self, host: Host) -> list[str]: ...
 
@@ -227,8 +229,14 @@ def engine_finding(image: ImageFacts, software: Software) -> Finding:
 SHM_MINIMUM = GIB
 
 
-def shm_finding(host: Host) -> Finding:
+def shm_finding(host: Host, backend: Backend | None = None) -> Finding:
+    """/dev/shm against what the backend's engine needs of it: `shm_minimum` on the backend class
+    (default SHM_MINIMUM, for vLLM's worker processes); None for an engine that does not use it,
+    whose `shm_note` then says what matters instead."""
     size, source = shm_size(host)
+    if getattr(backend, "shm_minimum", SHM_MINIMUM) is None:
+        shown = f"/dev/shm is {size_text(size)} ({source})" if size is not None else f"/dev/shm: {source}"
+        return Finding("shm.size", OK, f"{shown}; {getattr(backend, 'shm_note', 'not used by this engine')}")
     if size is None:
         return Finding("shm.size", WARNING, f"cannot tell the size of /dev/shm ({source})")
     if size < SHM_MINIMUM:

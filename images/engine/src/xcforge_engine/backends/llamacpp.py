@@ -67,6 +67,13 @@ class LlamaCppBackend:
     model_format = "gguf"
     # llama-server needs a second interrupt to stop during a generation (supervise.py).
     stop_grace = 5.0
+    # One process, threads only: no worker processes exchange tensors through /dev/shm (vLLM's need).
+    # The GGUF file is memory-mapped instead, so what matters is the container's memory limit.
+    shm_minimum: int | None = None
+    shm_note = (
+        "llama-server does not use /dev/shm (one process, no IPC); the GGUF file is memory-mapped, so it "
+        "and the KV cache must fit in the container's memory limit"
+    )
 
     def device_nodes(self, host: Host) -> list[str]:
         return []
