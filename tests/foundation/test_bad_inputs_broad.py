@@ -53,6 +53,8 @@ def files(tmp_path_factory) -> Path:
     (d / "oddreport" / "report.json").write_text('{"results": [{"target": "cpu", "bogus": 1}]}')
     (d / "runners.json").write_text("this is not json")
     (d / "wheel").write_text("not a wheelhouse")
+    (d / "readonly").mkdir()
+    (d / "readonly").chmod(0o555)
     from signing.cosign_keys import CosignPrivateKey
     from signing.sm2_keys import Sm2PrivateKey
 
@@ -69,6 +71,12 @@ def files(tmp_path_factory) -> Path:
     shutil.copytree(REPO / "templates", proj / "templates")
     shutil.copytree(REPO / "images", proj / "images", ignore=shutil.ignore_patterns("engine"))
     return d
+
+
+def _read_only_dir(files: Path) -> str:
+    """A directory nothing can be written into: mode 0555, or for root (who ignores modes) sysfs,
+    which refuses new files to everyone."""
+    return str(files / "readonly") if os.geteuid() != 0 else "/sys/kernel"
 
 
 def _snapshot(root: Path) -> dict[str, tuple[int, int]]:
@@ -118,7 +126,8 @@ def _prepare(case: Case, work: Path, files: Path) -> tuple[list[str], dict[str, 
         case.matrix(raw)
         matrix.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
     site = work / "site.yaml"
-    fill = {"w": str(work), "f": str(files), "m": str(matrix), "s": str(site), "dist": str(work / "dist")}
+    fill = {"w": str(work), "f": str(files), "m": str(matrix), "s": str(site), "dist": str(work / "dist"),
+            "ro": _read_only_dir(files)}  # fmt: skip
     if isinstance(case.site, bytes):
         site.write_bytes(case.site)
     elif isinstance(case.site, str):
@@ -531,8 +540,14 @@ MATRIX_CASES += [
         "matrix-symlink-loop",
         ["--matrix", "{w}/loop.yaml", "--list"],
         2,
-        "loop.yaml: cannot read",
+        "loop.yaml: cannot read (Too many levels of symbolic links); a symlink loop: make",
         setup=lambda w, f: (w / "loop.yaml").symlink_to(w / "loop.yaml"),
+    ),
+    Case(
+        "matrix-a-directory",
+        ["--matrix", "{f}/adir", "--list"],
+        2,
+        "adir: cannot read (Is a directory); a directory: pass --matrix FILE (or set XCFORGE_MATRIX), e.g. ",
     ),
 ]
 
@@ -628,6 +643,16 @@ TEMPLATE_CASES = [
         setup=_project(_write(CPU_TEMPLATE, "FROM {{ no_such_variable }}\n")),
     ),
     Case(
+        "template-undefined-in-base",
+        RENDER,
+        4,
+        "templates/Dockerfile.j2:1: target 'cpu': 'no_such_variable' is undefined",
+        setup=_project(_write("templates/Dockerfile.j2", "FROM {{ no_such_variable }}\n")),
+        bug="xcforge/plan/render.py render_target names the target's own template (targets/cpu.Dockerfile.j2, "
+        "no line) for an undefined variable in the template it extends, and gives no remedy; the file:line is "
+        "what _template_line finds for the other rendering errors",
+    ),
+    Case(
         "template-unknown-filter",
         RENDER,
         4,
@@ -721,13 +746,20 @@ SITE_CASES = [
     _site("ca-missing", {"ca_bundle": "/nonexistent/ca.pem"}, "ca_bundle: '/nonexistent/ca.pem' does not exist"),
     _site("ca-relative-missing", {"ca_bundle": "certs/ca.pem"}, "ca_bundle: 'certs/ca.pem' does not exist"),
     _site("ca-directory", {"ca_bundle": "{f}/adir"}, "adir' is not a file; name a PEM file"),
-    _site("ca-not-pem", {"ca_bundle": "{f}/notpem"}, "notpem' holds no PEM certificate"),
+    _site(
+        "ca-not-pem",
+        {"ca_bundle": "{f}/notpem"},
+        "notpem' holds no PEM certificate (-----BEGIN CERTIFICATE-----); point ca_bundle at your CA's certificates "
+        "in PEM (a DER file converts with `openssl x509 -inform der",
+    ),
     _site("ca-empty", {"ca_bundle": "{f}/empty"}, "empty' holds no PEM certificate"),
     _site("ca-binary", {"ca_bundle": "{f}/binary"}, "binary' holds no PEM certificate"),
     _site("ca-list", {"ca_bundle": ["/etc/ssl/certs/ca-certificates.crt"]}, "ca_bundle"),
-    _site("wheelhouse-file", {"wheelhouse": "{f}/wheel"}, "wheel' is not a directory"),
+    _site("wheelhouse-file", {"wheelhouse": "{f}/wheel"}, "wheel' is not a directory; name the directory of wheels"),
     _site(
-        "wheelhouse-missing", {"wheelhouse": "/nonexistent/wheels"}, "wheelhouse: '/nonexistent/wheels' does not exist"
+        "wheelhouse-missing",
+        {"wheelhouse": "/nonexistent/wheels"},
+        "wheelhouse: '/nonexistent/wheels' does not exist; fix the path or remove the key",
     ),
     _site("skip-steps-target-typo", {"skip_steps": ["cpux:plugin"]}, "skip_steps[0]: 'cpux:plugin'"),
     _site("skip-steps-step", {"skip_steps": ["cpu:engine"]}, "skip_steps: 'cpu:engine': write target:step[:platform]"),
@@ -842,7 +874,23 @@ CLI_CASES = [
         "--registry: 'r:5000//x' is not",
     ),
     Case(
-        "build-wheelhouse-missing", [*B, "--target", "cpu", "--wheelhouse", "{w}/none", "--dry-run"], 2, "--wheelhouse"
+        "build-wheelhouse-missing",
+        [*B, "--target", "cpu", "--wheelhouse", "{w}/none", "--dry-run"],
+        2,
+        "none: does not exist; give the directory of wheels",
+    ),
+    Case(
+        "build-wheelhouse-file",
+        [*B, "--target", "cpu", "--wheelhouse", "{f}/wheel", "--dry-run"],
+        2,
+        "wheel: is a file, not a directory; give the directory the .whl files are in",
+    ),
+    Case(
+        "build-push-and-push-by-digest",
+        [*B, "--target", "cpu", "--platform", "linux/amd64", "--push", "--push-by-digest", "--registry", "r:5000/x"],
+        2,
+        "--push and --push-by-digest are different output modes: --push pushes a tagged multi-platform index, "
+        "--push-by-digest one untagged platform for `merge`; pass only one of them",
     ),
     Case(
         "build-dist-is-file",
@@ -855,7 +903,14 @@ CLI_CASES = [
     Case("build-cosign-key-missing", [*PUSHED, "--cosign-key", "{w}/none.key"], 2, "none.key: no such file"),
     Case("build-cosign-key-dir", [*PUSHED, "--cosign-key", "{f}/adir"], 2, "adir: not a file"),
     Case("build-unknown-flag", [*B, "--target", "cpu", "--tagret", "x"], 2, "unrecognized arguments: --tagret"),
-    Case("build-matrix-dir-default", ["--target", "cpu", "--dry-run"], 2, "adir", env={"XCFORGE_MATRIX": "{f}/adir"}),
+    Case(
+        "build-matrix-dir-default",
+        ["--target", "cpu", "--dry-run"],
+        2,
+        "adir: cannot read (Is a directory); a directory: pass --matrix FILE",
+        env={"XCFORGE_MATRIX": "{f}/adir"},
+    ),
+    Case("build-matrix-flag-empty", ["--matrix", "", "--list"], 2, "--matrix is empty; name the matrix file"),
     Case(
         "build-matrix-env-missing", ["--list"], 2, "nope.yaml: file not found", env={"XCFORGE_MATRIX": "{w}/nope.yaml"}
     ),
@@ -1019,6 +1074,18 @@ CLI_CASES = [
     Case("deploy-name", [*DEPLOY, "--name", "UPPER"], 2, "--name"),
     Case("deploy-pvc", [*DEPLOY, "--model-pvc", "bad claim"], 2, "--model-pvc"),
     Case("deploy-out-is-file", [*DEPLOY, "--out", "{f}/afile"], 2, "afile is a file; give the directory the manifest"),
+    Case(
+        "deploy-out-read-only",
+        [*DEPLOY, "--out", "{ro}"],
+        2,
+        ": cannot write there (Permission denied); give a directory you can write to (or omit --out to print",
+    ),
+    Case(
+        "deploy-out-under-read-only",
+        [*DEPLOY, "--out", "{ro}/manifests"],
+        2,
+        "/manifests: cannot create it under ",
+    ),
     Case("deploy-verify-key-missing", [*DEPLOY, "--out", "{w}/out", "--verify-sm2-key", "{w}/none.pub"], 2, "none.pub"),
     Case("deploy-verify-key-dir", [*DEPLOY, "--out", "{w}/out", "--verify-cosign-key", "{f}/adir"], 2, "adir"),
     Case("deploy-verify-key-not-pem", [*DEPLOY, "--out", "{w}/out", "--verify-sm2-key", "{f}/notpem"], 7, "notpem"),
@@ -1047,6 +1114,18 @@ CLI_CASES = [
         "--out",
     ),
     Case(
+        "keygen-out-read-only",
+        ["keygen", "--sm2", "--cosign", "--no-password", "--out", "{ro}"],
+        2,
+        ": cannot write there (Permission denied); give a directory you can write to (--out DIR)",
+    ),
+    Case(
+        "keygen-out-under-read-only",
+        ["keygen", "--sm2", "--no-password", "--out", "{ro}/keys", "--no-audit"],
+        2,
+        "/keys: cannot create it under ",
+    ),
+    Case(
         "keygen-audit-log-dir",
         ["keygen", "--sm2", "--no-password", "--out", "{w}/keys", "--audit-log", "{f}/adir"],
         2,
@@ -1073,6 +1152,20 @@ CLI_CASES = [
     Case("sign-bad-reference", ["sign", "not a reference@@", "--no-audit"], 2, "not a reference"),
     Case("verify-nothing", ["verify"], 2, "give IMAGE@DIGEST or --target NAME"),
     Case("verify-both", ["verify", IMAGE, "--target", "cpu"], 2, "give IMAGE@DIGEST or --target NAME"),
+    Case(
+        "verify-a-tag",
+        ["verify", "127.0.0.1:5000/xcforge/vllm-cpu:latest", "--sm2-key", "{f}/sm2.pub"],
+        2,
+        "verify 127.0.0.1:5000/xcforge/vllm-cpu:latest: a tag, not a digest; pass "
+        "127.0.0.1:5000/xcforge/vllm-cpu@sha256:<digest> "
+        "(`docker buildx imagetools inspect 127.0.0.1:5000/xcforge/vllm-cpu:latest` prints the digest)",
+    ),
+    Case(
+        "verify-a-bare-name",
+        ["verify", "127.0.0.1:5000/xcforge/vllm-cpu", "--no-audit"],
+        2,
+        "a tag, not a digest; pass 127.0.0.1:5000/xcforge/vllm-cpu@sha256:<digest>",
+    ),
     Case(
         "verify-key-missing",
         ["verify", IMAGE, "--sm2-key", "{w}/none.pub", "--no-audit"],
@@ -1152,6 +1245,19 @@ CLI_CASES = [
     Case("audit-checkpoint-no-key", ["audit", "checkpoint", "{w}/log.jsonl"], 2, "needs an SM2 private key"),
     Case("audit-verify-path-dir", ["audit", "verify", "{f}/adir"], 2, "adir"),
     Case(
+        "audit-verify-log-missing",
+        ["audit", "verify", "{w}/none.jsonl"],
+        8,
+        "none.jsonl: does not exist (nor any rotated segment of it); name the log (`audit verify PATH` or "
+        "$XCFORGE_AUDIT_LOG, default dist/audit.log.jsonl), or restore it from a backup",
+    ),
+    Case(
+        "audit-export-log-missing",
+        ["audit", "export", "{w}/none.jsonl", "--out", "{w}/log.tar.gz"],
+        2,
+        "none.jsonl does not exist; name the log (`audit export PATH` or $XCFORGE_AUDIT_LOG",
+    ),
+    Case(
         "audit-verify-key-missing",
         ["audit", "verify", "{f}/log.jsonl", "--sm2-key", "{w}/none.pub"],
         2,
@@ -1167,7 +1273,8 @@ ENV_CASES = [
         "env-sm2-key-garbage",
         ["sign", IMAGE, "--no-audit"],
         7,
-        "$XCFORGE_SM2_KEY",
+        "$XCFORGE_SM2_KEY holds no PEM key (no -----BEGIN line); put the SM2 key's PEM text in it "
+        '(XCFORGE_SM2_KEY="$(cat KEYFILE)"), or unset it and pass --sm2-key FILE',
         env={"XCFORGE_SM2_KEY": "not a pem"},
     ),
     Case(
@@ -1211,14 +1318,14 @@ ENV_CASES = [
         "env-verify-sm2-key-garbage",
         ["verify", IMAGE, "--no-audit"],
         7,
-        "$XCFORGE_SM2_KEY",
+        "$XCFORGE_SM2_KEY holds no PEM key (no -----BEGIN line); put the SM2 key's PEM text in it",
         env={"XCFORGE_SM2_KEY": "garbage"},
     ),
     Case(
         "env-audit-checkpoint-garbage",
         ["audit", "checkpoint", "{w}/log.jsonl"],
         7,
-        "$XCFORGE_SM2_KEY",
+        "$XCFORGE_SM2_KEY holds no PEM key (no -----BEGIN line); put the SM2 key's PEM text in it",
         env={"XCFORGE_SM2_KEY": "garbage"},
     ),
     Case("env-audit-log-dir", ["audit", "verify"], 2, "adir", env={"XCFORGE_AUDIT_LOG": "{f}/adir"}),
@@ -1235,6 +1342,28 @@ ENV_CASES = [
         2,
         "XCFORGE_AUDIT_LOG",
         env={"XCFORGE_AUDIT_LOG": "{f}/adir"},
+    ),
+    Case(
+        "env-cosign-key-garbage-verify",
+        ["verify", IMAGE, "--no-audit"],
+        7,
+        "$XCFORGE_COSIGN_KEY holds no PEM key (no -----BEGIN line); put the cosign key's PEM text in it "
+        '(XCFORGE_COSIGN_KEY="$(cat KEYFILE)"), or unset it and pass --cosign-key FILE',
+        env={"XCFORGE_COSIGN_KEY": "garbage"},
+    ),
+    Case(
+        "env-matrix-empty-var",
+        ["--list"],
+        2,
+        "$XCFORGE_MATRIX is set but empty; unset it (the default is ./matrix.yaml) or set it to the matrix file's path",
+        env={"XCFORGE_MATRIX": ""},
+    ),
+    Case(
+        "env-matrix-empty-var-render",
+        ["render", "--target", "cpu"],
+        2,
+        "$XCFORGE_MATRIX is set but empty; unset it",
+        env={"XCFORGE_MATRIX": ""},
     ),
     Case(
         "env-matrix-empty-file",
@@ -1271,7 +1400,8 @@ def test_bad_input_keeps_the_promise(case, tmp_path, files, monkeypatch, capsys)
 # A sample through the real entry point: no traceback reaches the terminal, the exit code is the process's.
 SUBPROCESS_IDS = ["matrix-port-string", "matrix-duplicate-target", "template-not-utf8", "site-ca-directory",
                   "build-dist-is-file", "smoke-corrupt-report", "deploy-out-is-file", "env-sm2-key-garbage",
-                  "sign-key-not-pem", "ci-github-output-dir"]  # fmt: skip
+                  "sign-key-not-pem", "ci-github-output-dir", "env-matrix-empty-var",
+                  "verify-a-tag", "deploy-out-read-only"]  # fmt: skip
 
 
 @_params([c for c in ALL_CASES if c.id in SUBPROCESS_IDS])
@@ -1284,6 +1414,26 @@ def test_bad_input_through_build_py(case, tmp_path, files):
                           stdin=subprocess.DEVNULL, cwd=work,
                           env={**base, "XCFORGE_DOCKER": "/nonexistent/docker", **env})  # fmt: skip
     _assert_promise(case, proc.returncode, proc.stderr, before, _state(work, files), work)
+
+
+def test_unreadable_matrix_keeps_the_promise(tmp_path, files, monkeypatch, capsys):
+    """A matrix.yaml this user may not read (mode 0600 of another user; root reads anything, so the
+    refusal is simulated where the file is read)."""
+    case = Case(
+        "matrix-unreadable",
+        LIST,
+        2,
+        "matrix.yaml: cannot read (Permission denied); make it readable by this user (chmod a+r",
+    )
+    real = Path.read_text
+
+    def read_text(self, *args, **kwargs):
+        if self.name == "matrix.yaml" and self.parent.name == "work":
+            raise PermissionError(13, "Permission denied", str(self))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", read_text)
+    _run_in_process(case, tmp_path, files, monkeypatch, capsys)
 
 
 def test_enough_distinct_cases():

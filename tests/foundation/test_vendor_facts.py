@@ -84,7 +84,12 @@ FACTS = [
     Fact("ascend", "vllm-ascend 0.23.0.post1 requirements.txt (triton-ascend==3.2.2, Huawei's index only)",
          "triton-ascend is vendor-only: not in the locks, installed --no-deps by the plugin step",
          lambda: all(not {"triton", "triton-ascend"} & set(lock("ascend", n)) for n in ASCEND_LOCKS)
-         and "--no-deps vllm-ascend==0.23.0.post1 triton-ascend==3.2.2" in dockerfile("ascend")),
+         and "--no-deps triton-ascend==3.2.2" in dockerfile("ascend")),
+    Fact("ascend", "PyPI: vllm-ascend 0.23.0.post1 is an sdist (its sha256 on the simple index)",
+         "the plugin sdist is installed --require-hashes from the committed pin",
+         lambda: "--require-hashes -r /xcforge/locks/plugin-sdist.txt" in dockerfile("ascend")
+         and re.search(r"^vllm-ascend==0\.23\.0\.post1 --hash=sha256:[0-9a-f]{64}$",
+                       (ROOT / "images/ascend/locks/plugin-sdist.txt").read_text(), re.M) is not None),
     Fact("ascend", "vllm-ascend Dockerfile: pip uninstall -y triton triton-ascend, then reinstall triton-ascend",
          "nothing uninstalls triton after triton-ascend went in (they share triton/)",
          lambda: "uninstall -y triton" not in dockerfile("ascend")),

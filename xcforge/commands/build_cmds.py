@@ -135,9 +135,7 @@ def _check_wheelhouse(path: Path | None) -> None:
             f"--wheelhouse {path}: does not exist; give the directory of wheels (e.g. `pip download -d DIR ...`)"
         )
     if not path.is_dir():
-        raise ConfigError(
-            f"--wheelhouse {path}: is a file, not a directory; give the directory the .whl files are in"
-        )
+        raise ConfigError(f"--wheelhouse {path}: is a file, not a directory; give the directory the .whl files are in")
 
 
 def _options(args: argparse.Namespace) -> BuildOptions:

@@ -174,8 +174,7 @@ def _check_names_and_out(args: argparse.Namespace) -> None:
         reason = unwritable_reason(args.out)
         if reason is not None:
             raise ConfigError(
-                f"--out {args.out}: {reason}; give a directory you can write to (or omit --out to print the "
-                "manifests)"
+                f"--out {args.out}: {reason}; give a directory you can write to (or omit --out to print the manifests)"
             )
 
 

@@ -124,8 +124,9 @@ def public_keys(paths: list[Path], env: str, scheme: str) -> list:
         except OSError as exc:
             raise ConfigError(f"{flag} {path}: {exc.strerror or exc}; give a {scheme} public key file (PEM)") from None
     if not blobs and os.environ.get(env):
-        not_a_path(os.environ[env], env, f"{scheme} key")
-        pem_text(os.environ[env], env, f"{scheme} key")
+        what = "SM2 key" if scheme == "sm2" else "cosign key"
+        not_a_path(os.environ[env], env, what)
+        pem_text(os.environ[env], env, what)
         blobs = [(os.environ[env].encode(), f"${env}")]
     keys = []
     for data, source in blobs:
