@@ -639,18 +639,15 @@ TEMPLATE_CASES = [
         "template-undefined",
         RENDER,
         4,
-        "cpu.Dockerfile.j2: target 'cpu'",
+        "cpu.Dockerfile.j2:1: target 'cpu': 'no_such_variable' is undefined; fix the name",
         setup=_project(_write(CPU_TEMPLATE, "FROM {{ no_such_variable }}\n")),
     ),
     Case(
         "template-undefined-in-base",
         RENDER,
         4,
-        "templates/Dockerfile.j2:1: target 'cpu': 'no_such_variable' is undefined",
+        "templates/Dockerfile.j2:1: target 'cpu': 'no_such_variable' is undefined; fix the name in the template",
         setup=_project(_write("templates/Dockerfile.j2", "FROM {{ no_such_variable }}\n")),
-        bug="xcforge/plan/render.py render_target names the target's own template (targets/cpu.Dockerfile.j2, "
-        "no line) for an undefined variable in the template it extends, and gives no remedy; the file:line is "
-        "what _template_line finds for the other rendering errors",
     ),
     Case(
         "template-unknown-filter",

@@ -256,7 +256,11 @@ def render_target(matrix: Matrix, target: Target, templates_dir: Path | None = N
             f"create it (it can be a one-line '{{% extends \"Dockerfile.j2\" %}}')"
         ) from exc
     except jinja2.UndefinedError as exc:
-        raise RenderError(f"{templates_dir / name}: target '{target.name}': {exc.message}") from exc
+        # The innermost template frame: the variable may be in the template this one extends.
+        raise RenderError(
+            f"{_template_line(exc, templates_dir / name)}: target '{target.name}': {exc.message}; fix the name "
+            "in the template, or give the value in matrix.yaml (templates see render_context in xcforge/plan/render.py)"
+        ) from exc
     except jinja2.TemplateSyntaxError as exc:
         raise RenderError(f"{exc.filename or name}:{exc.lineno}: template syntax error: {exc.message}") from exc
     except (jinja2.TemplateError, ArithmeticError, LookupError, TypeError, ValueError) as exc:
