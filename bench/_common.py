@@ -23,7 +23,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results"
-if str(REPO) not in sys.path:  # `python bench/x.py` puts bench/ first on the path, not the checkout
+if str(REPO) not in sys.path:  # `python bench/<name>.py` puts bench/ first on the path, not the checkout
     sys.path.insert(0, str(REPO))
 
 from xcforge.report.results import format_bytes as fmt_bytes  # noqa: E402, F401  (re-exported; after sys.path)

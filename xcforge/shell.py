@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from ocicore.errors import EnvironmentProblem
 
 # /usr/local/bin/docker on some machines is a client without the buildx plugin; the engine's own
-# client in /usr/bin is the one provisioning installs (ENVIRONMENT.md).
+# client in /usr/bin is the one provisioning installs (docs/provisioning.md).
 DOCKER = os.environ.get("XCFORGE_DOCKER", "/usr/bin/docker" if os.path.exists("/usr/bin/docker") else "docker")
 
 _SECRET_MARKERS = ("password", "token", "secret")

@@ -10,7 +10,8 @@ from xcforge_engine.cli import main
 from xcforge_engine.isa import _HWCAP, AT_HWCAP, AT_HWCAP2, _auxv_features
 
 ARM_NEEDS = "atomics asimddp fphp asimdhp"
-# AT_HWCAP as QEMU reports it for these models (TARGETS.md; the names the kernel prints).
+# AT_HWCAP as QEMU user emulation reports it for these `-e QEMU_CPU=` models (docs/operators.md
+# §2b; the names the kernel prints).
 CORTEX_A57 = ["fp", "asimd", "aes", "pmull", "sha1", "sha2", "crc32", "cpuid"]
 NEOVERSE_N1 = [*CORTEX_A57, "atomics", "fphp", "asimdhp", "asimdrdm", "lrcpc", "dcpop", "asimddp", "ssbs"]
 

@@ -556,7 +556,7 @@ MATRIX_CASES += [
 
 
 def _project(change: Callable[[Path], None]) -> Callable[[Path, Path], None]:
-    """Replace the case's symlinked templates/images with a copy, then break it."""
+    """Replace the case's symlinked templates/ and images/ with copies, then break it."""
 
     def setup(work: Path, files: Path) -> None:
         for sub in ("templates", "images"):

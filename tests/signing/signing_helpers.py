@@ -142,7 +142,7 @@ def _digest_of(data: bytes) -> str:
 
 
 def cosign_verify(cosign_bin: str, public_key: Path, ref: str, *extra: str) -> subprocess.CompletedProcess:
-    """The real cosign, offline, as SIGNING.md prescribes for a loopback registry."""
+    """The real cosign, offline, as docs/signing.md verifies against a loopback registry."""
     return subprocess.run(
         [
             cosign_bin,

@@ -65,7 +65,7 @@ def test_openssl_signatures_verify_with_us(tmp_path):
 
 
 def test_openssl_default_empty_id_is_a_different_signature(tmp_path):
-    # SIGNING.md: OpenSSL 3 uses an empty ID unless told otherwise. Signing with an explicit empty ID
+    # docs/signing.md §4: OpenSSL 3 uses an empty ID unless given distid. Signing with an explicit empty ID
     # must verify only with the empty ID — the reason every command in the docs passes distid.
     key = Sm2PrivateKey.generate()
     signature = key.sign(b"payload", dist_id=b"")

@@ -29,7 +29,7 @@ from xcforge.plan.render import labels
 from xcforge.plan.verification import label_value, planned
 
 BAKE_FILE = REPO_ROOT / "docker-bake.hcl"
-# Work directories the committed file names; `build.py contexts` fills them (plan.py uses the same).
+# Work directories the committed file names; `build.py contexts` fills them (plan/build_plan.py names the same).
 CONTEXTS_DIR = "dist/.contexts"
 # Labels that are also OCI annotations on the index and every manifest (the registry shows them
 # without reading the config blob). One list, values from render.labels: built once, from one place.

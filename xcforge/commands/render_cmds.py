@@ -1,4 +1,6 @@
-"""`render`: write the committed Dockerfiles under images/<target>/, or check them for drift."""
+"""`render`: write the committed Dockerfiles under images/<target>/, docker-bake.hcl and the doc
+sections generated from the matrix and the code (README's targets, docs/engine.md's backends), or
+check them for drift."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ import argparse
 from xcforge.build import bake
 from xcforge.commands._drift import report_drift
 from xcforge.commands._targets import add_target_arguments, selected_targets
-from xcforge.plan import readme_table
+from xcforge.plan import doc_tables, readme_table
 from xcforge.plan.render import write_or_check
 
 
@@ -15,7 +17,8 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     parser = subparsers.add_parser(
         "render",
         parents=[common],
-        help="write images/<target>/Dockerfile, docker-bake.hcl and the README target table (--check: fail on drift)",
+        help="write images/<target>/Dockerfile, docker-bake.hcl, README's target list and table and docs/engine.md's "
+        "backend table (--check: fail on drift)",
     )
     add_target_arguments(parser)
     parser.add_argument("--check", action="store_true", help="change nothing; exit 4 if a committed file is stale")
@@ -28,7 +31,11 @@ def run(args: argparse.Namespace) -> int:
         *write_or_check(matrix, targets, check=args.check),
         bake.write_or_check(matrix, check=args.check),
         readme_table.write_or_check(matrix, check=args.check),
+        *doc_tables.write_or_check(matrix, check=args.check),
     ]
     return report_drift(
-        results, what="committed Dockerfiles and bake file", fix="python build.py render --all", root=matrix.root
+        results,
+        what="committed Dockerfiles, bake file and generated doc sections",
+        fix="python build.py render --all",
+        root=matrix.root,
     )

@@ -1,6 +1,6 @@
-"""README.md's target table, generated from the matrix and the committed locks between markers, and
-drift-checked by `render --check` like the Dockerfiles: a new target, a version bump or a refusal
-shows in the README without a hand edit."""
+"""README.md's target list (at the top) and target table, generated from the matrix and the
+committed locks between markers, and drift-checked by `render --check` like the Dockerfiles: a new
+target, a version bump or a refusal shows in the README without a hand edit."""
 
 from __future__ import annotations
 
@@ -9,9 +9,11 @@ from pathlib import Path
 from xcforge import generated
 from xcforge.config.matrix import Matrix, Target
 from xcforge.plan import locks
+from xcforge.plan.doc_tables import replace_section
 from xcforge.plan.render import engine_title
 
 BEGIN = "<!-- BEGIN GENERATED: python build.py render (edit matrix.yaml, not this table) -->"
+LIST_BEGIN = "<!-- BEGIN GENERATED: python build.py render (edit matrix.yaml, not this list) -->"
 END = "<!-- END GENERATED -->"
 
 
@@ -56,12 +58,23 @@ def table(matrix: Matrix) -> str:
     return "\n".join(rows)
 
 
+def target_list(matrix: Matrix) -> str:
+    """One line per target for the README's opening: what it runs on and what it serves."""
+    lines = []
+    for t in matrix.targets.values():
+        refused = " (refused for now: see [the matrix](#the-matrix))" if t.refused else ""
+        lines.append(f"- `{t.name}` — {t.description}: {_engine(matrix, t)}{refused}")
+    return "\n".join(lines)
+
+
 def write_or_check(matrix: Matrix, check: bool, path: Path | None = None) -> generated.Generated:
     path = path or matrix.root / "README.md"
     text = path.read_text(encoding="utf-8")
-    head, sep, rest = text.partition(BEGIN)
-    _, sep2, tail = rest.partition(END)
-    if not sep or not sep2:
-        # A project without the README section (a test's copy) has no table to keep.
+    new = text
+    for begin, body in ((LIST_BEGIN, target_list), (BEGIN, table)):
+        replaced = replace_section(new, begin, body(matrix), END)
+        # A project without a README section (a test's copy) has nothing there to keep.
+        new = new if replaced is None else replaced
+    if new == text:
         return generated.Generated(path, "unchanged")
-    return generated.write_or_check(path, f"{head}{BEGIN}\n{table(matrix)}\n{END}{tail}", check=check)
+    return generated.write_or_check(path, new, check=check)
