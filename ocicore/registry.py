@@ -2,7 +2,8 @@
 
 Enough for pushing and reading images, signatures and attachments by tag or digest: references,
 token/basic auth, manifests (OCI and Docker v2 media types), blobs (monolithic upload, cross-repo
-mount, streamed download with digest check), tags, deletes; retries with exponential backoff.
+mount, streamed download with digest check), tags, deletes; retries with exponential backoff
+(urllib3's Retry on the session's adapters: `retry_policy`).
 
 Scheme: plain http for loopback registries (127.0.0.0/8, localhost, ::1), as dockerd treats them;
 https elsewhere unless `insecure=True`. Credentials: explicit, then XCFORGE_REGISTRY_USERNAME /
@@ -20,7 +21,6 @@ import json
 import os
 import re
 import tempfile
-import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -28,8 +28,11 @@ from typing import IO, Any
 from urllib.parse import urlencode, urljoin, urlparse
 
 import requests
+from requests.adapters import HTTPAdapter
+from urllib3.util.retry import Retry
 
 from ocicore import __version__
+from ocicore.digest import is_digest, sha256_digest  # also callers' names for them, from here
 from ocicore.errors import ConfigError, RegistryError
 from ocicore.layout import platform_manifests
 from ocicore.media import (  # noqa: F401  (names the registry client's callers import from here)
@@ -54,20 +57,11 @@ _DOCKER_HUB_API = "registry-1.docker.io"
 _COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|[-]+)[a-z0-9]+)*"
 _REPOSITORY = re.compile(rf"^{_COMPONENT}(?:/{_COMPONENT})*$")
 _TAG = re.compile(r"^[\w][\w.-]{0,127}$")
-_DIGEST = re.compile(r"^(sha256:[a-f0-9]{64}|sha512:[a-f0-9]{128})$")
 _LABEL = r"[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?"
 _HOST = re.compile(rf"^(?:{_LABEL}(?:\.{_LABEL})*|\[[0-9a-fA-F:]+\])(?::[0-9]+)?$")
 
 _MAX_MANIFEST = 4 * 1024 * 1024  # distribution's own limit
 _SPOOL_IN_MEMORY = 32 * 1024 * 1024
-
-
-def is_digest(value: str) -> bool:
-    return bool(_DIGEST.match(value or ""))
-
-
-def sha256_digest(data: bytes) -> str:
-    return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -87,7 +81,7 @@ class Reference:
         name, digest = raw, None
         if "@" in raw:
             name, digest = raw.split("@", 1)
-            if not _DIGEST.match(digest):
+            if not is_digest(digest):
                 raise ConfigError(f"invalid digest in {text!r}: expected sha256:<64 hex>")
         tag = None
         slash = name.rfind("/")
@@ -212,6 +206,49 @@ def default_credentials(registry: str) -> tuple[str, str] | None:
     return _docker_config_auth(registry)
 
 
+# What is worth another try: the registry (or a proxy in front of it) overloaded or failing.
+RETRY_STATUSES = frozenset([429, *range(500, 600)])
+_MAX_WAIT = 30.0  # seconds: the longest backoff step, and the longest Retry-After honoured
+
+
+class _RegistryRetry(Retry):
+    """urllib3's Retry with the client's schedule: wait `backoff * 2**(n-1)` before retry n (urllib3
+    itself retries the first time at once), Retry-After (seconds or an HTTP date) on any retried
+    status, both capped at 30 s; an unreadable Retry-After falls back to the backoff."""
+
+    RETRY_AFTER_STATUS_CODES = RETRY_STATUSES
+
+    def get_backoff_time(self) -> float:
+        retries = len(self.history)
+        if retries == 0:
+            return 0.0
+        return min(self.backoff_factor * 2 ** (retries - 1), _MAX_WAIT)
+
+    def parse_retry_after(self, retry_after: str) -> float:
+        try:
+            return min(super().parse_retry_after(retry_after), _MAX_WAIT)
+        except Exception:  # urllib3's InvalidHeader: a header we cannot read is no reason to give up
+            return 0.0
+
+
+def retry_policy(retries: int, backoff: float) -> Retry:
+    """`retries` more attempts after the first on connection errors, timeouts, 429 and 5xx, for every
+    method the client sends (uploads too: a blob PUT carries its digest, a manifest PUT its bytes, so
+    repeating one stores the same thing). After the last 429/5xx the response comes back
+    (`raise_on_status=False`) so the registry's own message reaches the error."""
+    return _RegistryRetry(
+        total=retries,
+        connect=retries,
+        read=retries,
+        status=retries,
+        backoff_factor=backoff,
+        status_forcelist=RETRY_STATUSES,
+        allowed_methods=frozenset(["GET", "HEAD", "PUT", "POST", "PATCH", "DELETE"]),
+        respect_retry_after_header=True,
+        raise_on_status=False,
+    )
+
+
 def _parse_challenge(header: str) -> tuple[str, dict[str, str]]:
     scheme, _, rest = header.strip().partition(" ")
     params = dict(re.findall(r'(\w+)="([^"]*)"', rest))
@@ -241,6 +278,9 @@ class RegistryClient:
         self.timeout = timeout
         self.session = session or requests.Session()
         self.session.headers.setdefault("User-Agent", f"xcforge/{__version__}")
+        adapter = HTTPAdapter(max_retries=retry_policy(retries, backoff))
+        for prefix in ("http://", "https://"):
+            self.session.mount(prefix, adapter)
         self._tokens: dict[str, str] = {}
         self._basic = False
 
@@ -280,30 +320,19 @@ class RegistryClient:
         self._tokens[scope] = token
 
     def _send(self, method: str, url: str, **kwargs: Any) -> requests.Response:
-        """One HTTP exchange with retries on connection errors, 429 and 5xx."""
-        body = kwargs.get("data")
-        last_problem = ""
-        for attempt in range(self.retries + 1):
-            if attempt:
-                time.sleep(min(self.backoff * 2 ** (attempt - 1), 30.0))
-                if hasattr(body, "seek"):
-                    body.seek(0)
-            try:
-                response = self.session.request(method, url, timeout=self.timeout, **kwargs)
-            except (requests.ConnectionError, requests.Timeout) as exc:
-                last_problem = f"cannot reach {urlparse(url).netloc}: {exc.__class__.__name__}"
-                continue
-            if response.status_code == 429 or response.status_code >= 500:
-                last_problem = f"HTTP {response.status_code}: {_registry_message(response)}"
-                retry_after = response.headers.get("Retry-After", "")
-                if retry_after.isdigit() and attempt < self.retries:
-                    time.sleep(min(int(retry_after), 30))
-                continue
-            return response
-        hint = ""
-        if "reach" in last_problem:
-            hint = "; is the registry running? (scripts/provision.sh starts the local one)"
-        raise RegistryError(f"{method} {url} failed after {self.retries + 1} attempts: {last_problem}{hint}")
+        """One HTTP exchange; the session's adapter retries it (`retry_policy`: connection errors,
+        timeouts, 429 and 5xx, rewinding a file body). What is still failing then is a RegistryError."""
+        failed = f"{method} {url} failed after {self.retries + 1} attempts"
+        try:
+            response = self.session.request(method, url, timeout=self.timeout, **kwargs)
+        except (requests.ConnectionError, requests.Timeout) as exc:
+            raise RegistryError(
+                f"{failed}: cannot reach {urlparse(url).netloc}: {exc.__class__.__name__}; "
+                "is the registry running? (scripts/provision.sh starts the local one)"
+            ) from None
+        if response.status_code in RETRY_STATUSES:
+            raise RegistryError(f"{failed}: HTTP {response.status_code}: {_registry_message(response)}")
+        return response
 
     def request(self, method: str, path_or_url: str, *, scope: str, **kwargs: Any) -> requests.Response:
         url = path_or_url if "://" in path_or_url else self.url(path_or_url)

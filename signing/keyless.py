@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from ocicore.digest import is_sha256
 from ocicore.errors import ConfigError, SigningError, VerificationFailed
 from ocicore.registry import (
     OCI_EMPTY,
@@ -33,7 +34,6 @@ from ocicore.registry import (
     RegistryClient,
     RegistryNotFound,
     canonical_json,
-    is_digest,
     sha256_digest,
 )
 
@@ -58,7 +58,7 @@ class KeylessRecord:
 
 def build_statement(repository: str, digest: str) -> bytes:
     """The in-toto statement cosign v3 signs for `repository@digest` (compact JSON)."""
-    if not is_digest(digest) or not digest.startswith("sha256:"):
+    if not is_sha256(digest):
         raise ConfigError(f"keyless signing needs a sha256 digest, got {digest!r}")
     statement = {
         "_type": STATEMENT_TYPE,

@@ -11,13 +11,13 @@ indistinguishable from `cosign sign` output.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from ocicore.digest import is_sha256
+
 SIMPLE_SIGNING_MEDIA_TYPE = "application/vnd.dev.cosign.simplesigning.v1+json"
 COSIGN_SIGNATURE_TYPE = "cosign container image signature"
-_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 _MAX_PAYLOAD = 64 * 1024  # cosign's own payloads are ~250 bytes; refuse to parse megabytes
 
 
@@ -47,7 +47,7 @@ def simple_signing_payload(repository: str, digest: str, annotations: Mapping[st
     `repository` is the image's repository *name* as go-containerregistry prints
     `ref.Context().Name()`, e.g. `127.0.0.1:5000/xcforge/vllm-cpu` (no tag, no digest).
     """
-    if not _DIGEST.match(digest):
+    if not is_sha256(digest):
         raise PayloadError(f"not a sha256 manifest digest: {digest!r}")
     if not repository or "@" in repository:
         raise PayloadError(f"not a repository name: {repository!r}")

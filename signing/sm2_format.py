@@ -19,9 +19,9 @@ jq and openssl.
 from __future__ import annotations
 
 import base64
-import re
 from collections.abc import Mapping
 
+from ocicore.digest import is_sha256_hex
 from signing.cosign_format import base64_annotation
 
 SCHEME = "sm2"
@@ -34,7 +34,6 @@ ALGORITHM_ANNOTATION = f"{NAMESPACE}/algorithm"
 ALGORITHM = "SM2-with-SM3"
 FORMAT_ANNOTATION = f"{NAMESPACE}/format"
 MANIFEST_ANNOTATIONS = {FORMAT_ANNOTATION: "1"}
-_KEY_ID = re.compile(r"^[0-9a-f]{64}$")
 
 
 def layer_annotations(signature: bytes, *, key_id: str, dist_id: bytes) -> dict[str, str]:
@@ -52,7 +51,7 @@ def signature_from(annotations: Mapping[str, str]) -> bytes | None:
 
 def key_id_from(annotations: Mapping[str, str]) -> str | None:
     value = annotations.get(KEYID_ANNOTATION)
-    return value if isinstance(value, str) and _KEY_ID.match(value) else None
+    return value if is_sha256_hex(value) else None  # key_id_of: the SHA-256 of the public key
 
 
 def dist_id_from(annotations: Mapping[str, str]) -> bytes | None:

@@ -183,6 +183,9 @@ def _attach_one_scheme(
     signers: Sequence[Signer],
     attempts: int,
 ) -> list[AttachResult]:
+    """Read-modify-write of one signature tag until a read-back shows our layers. The loop is
+    optimistic concurrency against other signers, not HTTP retries (each request is retried by the
+    client's urllib3 Retry already), so it stays a loop."""
     fmt = format_for(scheme)
     tag = signature_tag(digest, scheme)
     location = f"{client.registry}/{repository}:{tag}"

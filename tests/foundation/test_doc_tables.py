@@ -71,6 +71,16 @@ def test_a_doc_without_the_markers_is_left_alone(tmp_path):
     assert [r.status for r in doc_tables.write_or_check(matrix, check=True)] == ["unchanged"]
 
 
+def test_a_project_without_the_docs_renders_without_them(tmp_path):
+    # A test's copy of matrix.yaml and templates/ (no README.md, no docs/): render --all still works.
+    root = _project(tmp_path)
+    (root / "README.md").unlink(missing_ok=True)
+    shutil.rmtree(root / "docs", ignore_errors=True)
+    matrix = load_matrix(root / "matrix.yaml")
+    assert readme_table.write_or_check(matrix, check=False) == []
+    assert doc_tables.write_or_check(matrix, check=False) == []
+
+
 def test_the_package_description_names_no_target():
     """pyproject.toml's description is not a second, hand-kept list of the accelerator targets
     (those whose backend probes for a device): it goes stale with every new one."""

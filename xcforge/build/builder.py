@@ -24,6 +24,7 @@ from typing import NamedTuple
 from urllib.parse import quote, urlsplit, urlunsplit
 
 from ocicore import layout, registry
+from ocicore.digest import is_sha256
 from ocicore.errors import BuildFailed, ConfigError, RegistryError, RenderError, XcforgeError
 from ocicore.layout import attestation_dir, merge_archives
 from ocicore.push import push_layout
@@ -353,6 +354,9 @@ def _bake_on(
 def _bake_lane(
     lane: Lane, pendings: list[_Pending], request: BuildRequest, run_dir: Path, spawned: threading.Event
 ) -> None:
+    """Bake until every target is done or failed. A bake whose pushes hit a registry error is run
+    again by this loop, not by urllib3's Retry: the HTTP is BuildKit's, inside `docker buildx bake`,
+    so what is retried is a subprocess, judged by its log (`RETRYABLE`)."""
     remaining = list(pendings)
     attempt = 0
     builder, label = lane.builder, lane.label
@@ -598,7 +602,10 @@ def _attach_sboms(plan: BuildPlan, result: BuildResult) -> None:
 
 
 def _attach_tags(plan: BuildPlan, digest: str, sources: list[str] | None = None, matrix: Matrix | None = None) -> None:
-    """Phase two of publishing: point every final tag at the pushed digest(s), with retries."""
+    """Phase two of publishing: point every final tag at the pushed digest(s), with retries.
+
+    A loop of its own, not urllib3's Retry: `docker buildx imagetools create` is a subprocess doing
+    its own HTTP, so the retry is of the command, decided on its last stderr line (`RETRYABLE`)."""
     cmd = [DOCKER, "buildx", "imagetools", "create"]
     for ref in plan.refs:
         cmd += ["--tag", ref]
@@ -680,7 +687,7 @@ def check_rendered(matrix: Matrix, plans: list[BuildPlan], cache_dir: Path) -> N
 def merge_digests(matrix: Matrix, plan: BuildPlan, digests: list[str]) -> BuildResult:
     """Split CI mode, second half: assemble the index from per-platform digests, then tag it."""
     for digest in digests:
-        if not re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
+        if not is_sha256(digest):
             raise ConfigError(f"--digest {digest!r} is not a digest (sha256:<64 hex>)")
     started = time.monotonic()
     sources = [f"{plan.image_repo}@{d}" for d in digests]

@@ -30,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
     results = [
         *write_or_check(matrix, targets, check=args.check),
         bake.write_or_check(matrix, check=args.check),
-        readme_table.write_or_check(matrix, check=args.check),
+        *readme_table.write_or_check(matrix, check=args.check),
         *doc_tables.write_or_check(matrix, check=args.check),
     ]
     return report_drift(

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import re
 from pathlib import Path
 
+from ocicore.digest import is_sha256
 from ocicore.errors import ConfigError, SmokeFailed
 from xcforge.build.docker_env import check_docker
 from xcforge.commands._paths import blocking_file
@@ -13,8 +13,6 @@ from xcforge.config.matrix import load_matrix
 from xcforge.paths import DIST_DIR
 from xcforge.report.results import load_results, print_table, with_outcomes, write_reports
 from xcforge.smoke.checks import SmokeSubject, device_flags, run_smoke, smoke_outcome
-
-_DIGEST_RE = re.compile(r"@sha256:[0-9a-f]{64}$")
 
 
 def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -49,7 +47,7 @@ def _load_results(dist: Path) -> list:
 def run(args: argparse.Namespace) -> int:
     matrix = load_matrix(args.matrix)
     target = matrix.target(args.target)
-    if args.image and "@sha256:" in args.image and not _DIGEST_RE.search(args.image):
+    if args.image and "@sha256:" in args.image and not is_sha256(args.image.rpartition("@")[2]):
         raise ConfigError(f"--image {args.image}: the digest must be sha256:<64 lower-case hex digits>")
     # A directory that does not exist yet is where the generated tiny model goes (and is kept).
     if args.model is not None:

@@ -26,6 +26,7 @@ from pydantic import (
     model_validator,
 )
 
+from ocicore.digest import is_sha256
 from ocicore.errors import ConfigError
 from xcforge.config.yaml_source import Lines, line_of, load_yaml
 
@@ -57,7 +58,6 @@ Backend = Annotated[str, AfterValidator(_backend)]
 _REF_RE = re.compile(
     r"^(?P<host>[a-z0-9.-]+(?::[0-9]+)?)/(?P<path>[a-z0-9._/-]+):(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})$"
 )
-_DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 _NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
 _DURATION_RE = re.compile(r"^[0-9]+(ms|s|m|h)$")
 _SIZE_RE = re.compile(r"^[0-9]+[kmg]?$")
@@ -173,7 +173,7 @@ class BaseImage(_Frozen):
     @field_validator("digest")
     @classmethod
     def _digest(cls, v: str | None) -> str | None:
-        if v is not None and not _DIGEST_RE.match(v):
+        if v is not None and not is_sha256(v):
             raise ValueError(f"{_shown(v)} is not a digest; write sha256:<64 hex digits> or leave it out")
         return v
 

@@ -19,6 +19,7 @@ from typing import Any
 
 import yaml
 
+from ocicore.digest import SHA256_DIGEST
 from ocicore.errors import ConfigError, VerificationFailed
 from ocicore.registry import Reference
 from xcforge import __version__
@@ -29,7 +30,7 @@ from xcforge.plan.build_plan import image_repository
 
 _DIGEST_REF_RE = re.compile(
     r"^(?P<name>[a-z0-9]+(?:[._-][a-z0-9]+)*(?::[0-9]+)?(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)+)"
-    r"(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?@(?P<digest>sha256:[0-9a-f]{64})$"
+    r"(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?@(?P<digest>" + SHA256_DIGEST + ")$"
 )
 _DNS_LABEL_RE = re.compile(r"^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$")
 _QUANTITY_RE = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|Ki|Mi|Gi|Ti)?$")

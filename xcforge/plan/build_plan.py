@@ -256,7 +256,73 @@ def engine_fallback(matrix: Matrix, target: Target, site: SiteConfig, platforms:
 
 def make_plan(matrix: Matrix, target: Target, site: SiteConfig, options: BuildOptions) -> BuildPlan:
     site.check_targets(matrix)
-    platforms = options.platforms or target.platforms
+    platforms = _platforms(matrix, target, options)
+    registry = _registry(site, options)
+    engine_version = matrix.engine_version(target)
+    revision = options.revision or git_revision()
+    output = _output_mode(options)
+    repo = image_repository(target, registry if output.pushes else None)
+    base_ref = _base_ref(target, site)
+    extra_urls = site.pip.extra_index_urls if site.pip.extra_index_urls is not None else target.engine.extra_index_urls
+    install_mode, plugin_mode = _install_modes(matrix, target, site, platforms)
+    fallback = engine_fallback(matrix, target, site, platforms)
+    tags = tags_for(matrix, target, revision, fallback) if output.tagged else ()
+    omitted = _omitted(target, extra_urls)
+    build_args = _build_args(
+        target,
+        site,
+        platforms,
+        base_ref=base_ref,
+        install_mode=install_mode,
+        plugin_mode=plugin_mode,
+        extra_urls=extra_urls,
+        omitted=omitted,
+        fallback=fallback,
+        revision=revision,
+    )
+    wheelhouse = _wheelhouse(site, options)
+    blockers = _blockers(matrix, target, wheelhouse, plugin_mode)
+    verification = planned(
+        matrix,
+        target,
+        platforms,
+        engine_install=install_mode,
+        plugin_install=plugin_mode,
+        vendor_packages=build_args.get("VENDOR_PACKAGES", "full"),
+        omitted=omitted,
+        fallback=fallback,
+    )
+    build_args["XCFORGE_VERIFICATION"] = label_value(verification)
+    return BuildPlan(
+        target=target,
+        engine_version=engine_version,
+        platforms=platforms,
+        base_original=target.base.pinned_ref,
+        base_ref=base_ref,
+        image_repo=repo,
+        tags=tags,
+        output=output,
+        dockerfile=matrix.images_dir / target.name / "Dockerfile",
+        context=matrix.images_dir / target.name,
+        named_contexts=_named_contexts(matrix, target, options, wheelhouse),
+        build_args=build_args,
+        secrets=_secrets(site),
+        engine_install=install_mode,
+        plugin_install=plugin_mode,
+        omitted=omitted,
+        fallback=fallback,
+        verification=tuple(verification),
+        revision=revision,
+        archive_path=_archive_path(target, engine_version, output, options),
+        site=site,
+        blockers=blockers,
+        dist_dir=options.dist_dir,
+    )
+
+
+def _platforms(matrix: Matrix, target: Target, options: BuildOptions) -> tuple[str, ...]:
+    """The platforms asked for (all of the target's by default), each one the target builds."""
+    platforms = tuple(options.platforms or target.platforms)
     for platform in platforms:
         if platform not in target.platforms:
             raise ConfigError(
@@ -265,43 +331,73 @@ def make_plan(matrix: Matrix, target: Target, site: SiteConfig, options: BuildOp
             )
     if options.push_by_digest and len(platforms) != 1:
         raise ConfigError("--push-by-digest builds exactly one platform: add --platform linux/amd64 (or arm64)")
+    return platforms
+
+
+def _registry(site: SiteConfig, options: BuildOptions) -> str | None:
+    """--registry or the site's, checked as HOST[:PORT]/PREFIX; required when pushing."""
     registry = options.registry or site.registry
-    port = re.match(r"[^/:]+:([0-9]+)", registry or "")
+    if registry:
+        _check_registry(registry, "--registry" if options.registry else f"{site.path}: registry")
+    elif options.push or options.push_by_digest:
+        raise ConfigError("--push needs a registry: pass --registry HOST[:PORT]/PREFIX or set `registry` in --site")
+    return registry
+
+
+def _check_registry(registry: str, where: str) -> None:
+    port = re.match(r"[^/:]+:([0-9]+)", registry)
     if port and not 0 < int(port.group(1)) < 65536:
-        where = "--registry" if options.registry else f"{site.path}: registry"
         raise ConfigError(f"{where}: port {port.group(1)} in '{registry}' is out of range (1-65535)")
-    if registry and not REGISTRY_PREFIX_RE.fullmatch(registry):
-        where = "--registry" if options.registry else f"{site.path}: registry"
+    if not REGISTRY_PREFIX_RE.fullmatch(registry):
         raise ConfigError(
             f"{where}: '{registry}' is not a registry and repository prefix; write HOST[:PORT]/PREFIX, "
             "e.g. 127.0.0.1:5000/xcforge (lower case, no scheme)"
         )
-    if (options.push or options.push_by_digest) and not registry:
-        raise ConfigError("--push needs a registry: pass --registry HOST[:PORT]/PREFIX or set `registry` in --site")
 
-    engine_version = matrix.engine_version(target)
-    revision = options.revision or git_revision()
-    output = (
-        OutputMode.PUSH_BY_DIGEST
-        if options.push_by_digest
-        else (OutputMode.PUSH if options.push else OutputMode.ARCHIVE)
-    )
-    repo = image_repository(target, registry if output.pushes else None)
 
+def _output_mode(options: BuildOptions) -> OutputMode:
+    if options.push_by_digest:
+        return OutputMode.PUSH_BY_DIGEST
+    return OutputMode.PUSH if options.push else OutputMode.ARCHIVE
+
+
+def _base_ref(target: Target, site: SiteConfig) -> str:
+    """The base as FROM pulls it: through the site's mirrors, pinned by digest where the matrix pins one."""
     base_ref = site.map_image(target.base.image)
-    if target.base.digest:
-        base_ref = f"{base_ref}@{target.base.digest}"
+    return f"{base_ref}@{target.base.digest}" if target.base.digest else base_ref
 
-    extra_urls = site.pip.extra_index_urls if site.pip.extra_index_urls is not None else target.engine.extra_index_urls
+
+def _install_modes(matrix: Matrix, target: Target, site: SiteConfig, platforms: tuple[str, ...]) -> tuple[str, str]:
+    """(engine install, plugin install), each full, skip or skip-<arch>; no engine means no plugin."""
     install_mode = engine_install_mode(target, site, platforms)
     _refuse_engine_install(matrix, target, install_mode)
-    plugin_mode = step_mode(site.skipped(target.name, "plugin"), platforms) if target.plugin else "full"
     if install_mode == "skip":
-        plugin_mode = "skip"  # no engine, no plugin
-    fallback = engine_fallback(matrix, target, site, tuple(platforms))
-    tags = tags_for(matrix, target, revision, fallback) if output.tagged else ()
-    # Index-only packages (torchvision's CPU build) are left out where the site drops their index.
-    omitted = tuple(target.engine.index_only) if not set(target.engine.extra_index_urls) <= set(extra_urls) else ()
+        return install_mode, "skip"
+    plugin_mode = step_mode(site.skipped(target.name, "plugin"), platforms) if target.plugin else "full"
+    return install_mode, plugin_mode
+
+
+def _omitted(target: Target, extra_urls: tuple[str, ...]) -> tuple[str, ...]:
+    """Index-only packages (torchvision's CPU build) are left out where the site drops their index."""
+    if set(target.engine.extra_index_urls) <= set(extra_urls):
+        return ()
+    return tuple(target.engine.index_only)
+
+
+def _build_args(
+    target: Target,
+    site: SiteConfig,
+    platforms: tuple[str, ...],
+    *,
+    base_ref: str,
+    install_mode: str,
+    plugin_mode: str,
+    extra_urls: tuple[str, ...],
+    omitted: tuple[str, ...],
+    fallback: tuple[str, ...],
+    revision: str,
+) -> dict[str, str]:
+    """The Dockerfile's build args, all but XCFORGE_VERIFICATION (which the verification plan fills)."""
     build_args = {
         "BASE_IMAGE": base_ref,
         "ENGINE_INSTALL": install_mode,
@@ -309,81 +405,64 @@ def make_plan(matrix: Matrix, target: Target, site: SiteConfig, options: BuildOp
         "EXTRA_INDEX_URLS": " ".join(extra_urls),
         "OMIT_PACKAGES": " ".join((*target.engine.remove_packages, *omitted)),
         "OMIT_INDEX_ONLY": " ".join(omitted),
-        # arch=version per platform built with the fallback pairing; its lock is <arch>-py<XY>-pypi.txt.
-        "ENGINE_FALLBACK": " ".join(
-            f"{p.split('/', 1)[1]}={target.engine.fallback.version}" for p in fallback if target.engine.fallback
-        ),
+        "ENGINE_FALLBACK": _fallback_arg(target, fallback),
         "BUILD_REVISION": revision,
         "BUILD_CREATED": git_commit_time(),
         "BUILD_SOURCE": "https://github.com/xcforge/xcforge",
     }
     if target.vendor_system_packages or target.engine.kernel_wheels:
         build_args["VENDOR_PACKAGES"] = step_mode(site.skipped(target.name, "vendor-packages"), platforms)
-    if site.apt_mirror:
-        build_args["APT_MIRROR"] = site.apt_mirror
-    # Docker's predefined proxy args: BuildKit keeps them out of the image history.
-    for name, value in (
-        ("HTTP_PROXY", site.proxy.http),
-        ("HTTPS_PROXY", site.proxy.https),
-        ("NO_PROXY", site.proxy.no_proxy),
-    ):
-        if value:
-            build_args[name] = value
+    return build_args | _site_build_args(site)
 
-    wheelhouse = options.wheelhouse or site.wheelhouse
+
+def _fallback_arg(target: Target, fallback: tuple[str, ...]) -> str:
+    """arch=version per platform built with the fallback pairing; its lock is <arch>-py<XY>-pypi.txt."""
+    if not target.engine.fallback:
+        return ""
+    return " ".join(f"{p.split('/', 1)[1]}={target.engine.fallback.version}" for p in fallback)
+
+
+def _site_build_args(site: SiteConfig) -> dict[str, str]:
+    """The site's apt mirror and Docker's predefined proxy args (BuildKit keeps those out of the image history)."""
+    args = {"APT_MIRROR": site.apt_mirror} if site.apt_mirror else {}
+    proxies = (("HTTP_PROXY", site.proxy.http), ("HTTPS_PROXY", site.proxy.https), ("NO_PROXY", site.proxy.no_proxy))
+    return args | {name: value for name, value in proxies if value}
+
+
+def _wheelhouse(site: SiteConfig, options: BuildOptions) -> Path | None:
     if options.wheelhouse is not None and not options.wheelhouse.is_dir():
         raise ConfigError(f"--wheelhouse: '{options.wheelhouse}' is not a directory")
-    blockers: list[str] = []
+    return options.wheelhouse or site.wheelhouse
+
+
+def _blockers(matrix: Matrix, target: Target, wheelhouse: Path | None, plugin_mode: str) -> tuple[str, ...]:
+    """Problems that stop a real build but not a dry run: a wheelhouse plugin with no wheelhouse."""
     if target.plugin and target.plugin.source == "wheelhouse" and wheelhouse is None and plugin_mode != "skip":
-        blockers.append(
+        return (
             f"{matrix.path}: targets.{target.name}.plugin.source: {target.plugin.name} comes from a wheelhouse; "
-            "pass --wheelhouse DIR (the vendor SDK's wheels) or set `wheelhouse` in --site"
+            "pass --wheelhouse DIR (the vendor SDK's wheels) or set `wheelhouse` in --site",
         )
-    # The contexts docker-bake.hcl names (bake.named_contexts), with the site's wheelhouse if any.
+    return ()
+
+
+def _named_contexts(matrix: Matrix, target: Target, options: BuildOptions, wheelhouse: Path | None) -> dict[str, Path]:
+    """The contexts docker-bake.hcl names (bake.named_contexts), with the site's wheelhouse if any."""
     named_contexts = named_contexts_for(matrix, target, options.dist_dir / ".contexts")
     if wheelhouse:
         named_contexts["wheels"] = wheelhouse
+    return named_contexts
+
+
+def _secrets(site: SiteConfig) -> tuple[SecretSource, ...]:
     secrets: list[SecretSource] = []
     if site.ca_bundle:
         secrets.append(SecretSource("ca.pem", "file", site.ca_bundle, f"extra CA bundle from {site.ca_bundle}"))
     if site.pip.index_url or site.pip.token_env or site.pip.trusted_hosts:
         secrets.append(SecretSource("pip.conf", "generated", None, "pip.conf generated from the site's pip settings"))
-    verification = planned(
-        matrix,
-        target,
-        tuple(platforms),
-        engine_install=install_mode,
-        plugin_install=plugin_mode,
-        vendor_packages=build_args.get("VENDOR_PACKAGES", "full"),
-        omitted=omitted,
-        fallback=fallback,
-    )
-    build_args["XCFORGE_VERIFICATION"] = label_value(verification)
-    archive = None
-    if output is OutputMode.ARCHIVE:
-        archive = options.dist_dir / f"{target.name}-{engine_version}-{target.variant}.oci.tar"
-    return BuildPlan(
-        target=target,
-        engine_version=engine_version,
-        platforms=tuple(platforms),
-        base_original=target.base.pinned_ref,
-        base_ref=base_ref,
-        image_repo=repo,
-        tags=tags,
-        output=output,
-        dockerfile=matrix.images_dir / target.name / "Dockerfile",
-        context=matrix.images_dir / target.name,
-        named_contexts=named_contexts,
-        build_args=build_args,
-        secrets=tuple(secrets),
-        engine_install=install_mode,
-        plugin_install=plugin_mode,
-        omitted=omitted,
-        fallback=fallback,
-        verification=tuple(verification),
-        revision=revision,
-        archive_path=archive,
-        site=site,
-        blockers=tuple(blockers),
-        dist_dir=options.dist_dir,
-    )
+    return tuple(secrets)
+
+
+def _archive_path(target: Target, engine_version: str, output: OutputMode, options: BuildOptions) -> Path | None:
+    if output is not OutputMode.ARCHIVE:
+        return None
+    return options.dist_dir / f"{target.name}-{engine_version}-{target.variant}.oci.tar"

@@ -67,8 +67,12 @@ def target_list(matrix: Matrix) -> str:
     return "\n".join(lines)
 
 
-def write_or_check(matrix: Matrix, check: bool, path: Path | None = None) -> generated.Generated:
+def write_or_check(matrix: Matrix, check: bool, path: Path | None = None) -> list[generated.Generated]:
+    """README's generated sections, written or checked; nothing for a project without a README (a
+    test's copy of the matrix and templates)."""
     path = path or matrix.root / "README.md"
+    if not path.is_file():
+        return []
     text = path.read_text(encoding="utf-8")
     new = text
     for begin, body in ((LIST_BEGIN, target_list), (BEGIN, table)):
@@ -76,5 +80,5 @@ def write_or_check(matrix: Matrix, check: bool, path: Path | None = None) -> gen
         # A project without a README section (a test's copy) has nothing there to keep.
         new = new if replaced is None else replaced
     if new == text:
-        return generated.Generated(path, "unchanged")
-    return generated.write_or_check(path, new, check=check)
+        return [generated.Generated(path, "unchanged")]
+    return [generated.write_or_check(path, new, check=check)]
