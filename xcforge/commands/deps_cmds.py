@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
                 f"{target.name:7} sources      {target.engine.package}=={matrix.engine_version(target)} sha256:{sdist}"
             )
         if not args.dry_run and not any(r.status == "conflict" for r in results):
-            changes += deps.write(matrix, target, results, resolver, sdist=sdist, site=site)
+            changes += deps.write(matrix, target, results, resolver, sdist=sdist)
     for line in changes:
         print(f"changed  {line}")
     statuses = ("locked", "partial", "unverified", "conflict", "refused")

@@ -128,9 +128,7 @@ class LockSet:
             "remove": self.dropped,
             # (an empty plugin.stack is left out: locks made before the field existed stay current)
             # (empty fields added later are left out: locks made before they existed stay current)
-            "plugin": t.plugin.model_dump(mode="json", exclude=_empty_fields(t.plugin.model_dump(mode="json")))
-            if t.plugin
-            else None,
+            "plugin": _without_empty_fields(t.plugin.model_dump(mode="json")) if t.plugin else None,
         }
         if t.engine.constraints:
             declared["constraints"] = t.engine.constraints
@@ -142,8 +140,9 @@ class LockSet:
         return "sha256:" + hashlib.sha256(blob).hexdigest()
 
 
-def _empty_fields(dumped: dict) -> set[str]:
-    return {key for key in ("stack", "vendor_only", "vendor_requirements", "sdist_only") if not dumped.get(key)}
+def _without_empty_fields(dumped: dict) -> dict:
+    later = ("stack", "vendor_only", "vendor_requirements", "sdist_only")
+    return {key: value for key, value in dumped.items() if key not in later or value}
 
 
 def vendor_requirements_path(matrix: Matrix, target: Target) -> Path | None:
@@ -197,9 +196,11 @@ class SetResult:
     engine_sdist_sha256: str | None = None  # source-empty engines: the sdist the build compiles
     # The plugin's own requirements as resolved (the placeholder a stand-in installs declares them).
     plugin_requires: list[str] = field(default_factory=list)
+    plugin_sdist_sha256: str | None = None  # a public plugin's sdist, read for its requirements
 
     def summary(self) -> dict:
         s = self.set
+        vendor_only = [p.pin for p in placeholders.vendor_only(s.target)]
         return (
             {
                 "platform": s.platform,
@@ -217,8 +218,8 @@ class SetResult:
                 "inputs": s.inputs_digest(),
             }
             | (
-                {"plugin_requires": self.plugin_requires, "vendor_only": _vendor_only_pins(s.target)}
-                if self.plugin_requires or _vendor_only_pins(s.target)
+                {"plugin_requires": self.plugin_requires, "vendor_only": vendor_only}
+                if self.plugin_requires or vendor_only
                 else {}
             )
             | ({"refused": self.message} if self.status == "refused" else {})
@@ -392,7 +393,7 @@ def _resolve(lset: LockSet, requirements: list[str], indexes: list[str], site: S
     (work / "constraints.txt").write_text("\n".join([*provided, *t.engine.constraints]) + "\n")
     # Vendor-only packages resolve through empty placeholders of the same name and version (their
     # declared requirements are resolved for real) and are left out of the lock.
-    vendor_only = _vendor_only(t)
+    vendor_only = placeholders.vendor_only(t)
     if vendor_only:
         placeholders.write(vendor_only, work / "placeholders")
     argv = [
@@ -426,19 +427,6 @@ def _resolve(lset: LockSet, requirements: list[str], indexes: list[str], site: S
     return _Attempt(False, _reason(proc.stderr))
 
 
-def _vendor_only(target: Target) -> list[placeholders.Placeholder]:
-    if target.plugin is None:
-        return []
-    return [
-        placeholders.Placeholder(name, v.version, v.requires, f"vendor-only: {v.source}")
-        for name, v in target.plugin.vendor_only.items()
-    ]
-
-
-def _vendor_only_pins(target: Target) -> list[str]:
-    return [p.pin for p in _vendor_only(target)]
-
-
 def _reason(stderr: str) -> str:
     """uv's explanation condensed to one line (box-drawing and hints dropped, at most 600 characters)."""
     lines = [re.sub(r"^[\s×╰─▶│]+", "", line).strip() for line in stderr.splitlines()]
@@ -464,27 +452,22 @@ def engine_requirements(lset: LockSet, site: SiteConfig, index: str) -> tuple[li
     return reqs, sdist_sha
 
 
-def plugin_sdist_sha256(lset: LockSet, site: SiteConfig) -> str | None:
-    """The sha256 of a public plugin's sdist (the plugin step installs it --require-hashes)."""
-    plugin = lset.target.plugin
-    if plugin is None or plugin.source != "pypi" or not plugin.requirements_file:
-        return None
-    return fetch_sdist(site, index_of(site), plugin.name, plugin.version)[1]
-
-
-def plugin_requirements(lset: LockSet, site: SiteConfig, index: str) -> list[str]:
+def plugin_requirements(lset: LockSet, site: SiteConfig, index: str) -> tuple[list[str], str | None]:
+    """The plugin's own requirements, and the sha256 of its sdist where they come from one (the plugin
+    step installs that sdist --require-hashes)."""
     plugin = lset.target.plugin
     if plugin is None:
-        return []
+        return [], None
     if lset.vendor_requirements is not None:
         # The private plugin's setup.py reads this file into install_requires (committed as data).
-        return requirements_from_file(lset.vendor_requirements, f"{plugin.name} {plugin.version} vendor requirements")
+        text = lset.vendor_requirements
+        return requirements_from_file(text, f"{plugin.name} {plugin.version} vendor requirements"), None
     if plugin.source != "pypi":
-        return []
+        return [], None
     if plugin.requirements_file:
-        text, _ = sdist_member(site, index, plugin.name, plugin.version, plugin.requirements_file)
-        return requirements_from_file(text, f"{plugin.name}-{plugin.version}/{plugin.requirements_file}")
-    return [f"{plugin.name}=={plugin.version}"]
+        text, sha256 = sdist_member(site, index, plugin.name, plugin.version, plugin.requirements_file)
+        return requirements_from_file(text, f"{plugin.name}-{plugin.version}/{plugin.requirements_file}"), sha256
+    return [f"{plugin.name}=={plugin.version}"], None
 
 
 def resolve_set(lset: LockSet, site: SiteConfig, probe: IndexProbe) -> SetResult:
@@ -517,7 +500,7 @@ def _resolve_set(lset: LockSet, site: SiteConfig, probe: IndexProbe) -> SetResul
         plugin_note = ""
         if t.plugin and t.plugin.source == "wheelhouse":
             plugin_note = f"unverified: needs a wheelhouse with {t.plugin.name} {t.plugin.version} (vendor SDK)"
-        plugin_reqs = plugin_requirements(lset, site, index)
+        plugin_reqs, result.plugin_sdist_sha256 = plugin_requirements(lset, site, index)
         result.plugin_requires = plugin_reqs
         if plugin_reqs:
             if t.plugin and t.plugin.vendor_only:
@@ -574,7 +557,7 @@ def _finish(result: SetResult, status: str, text: str, needs: list[str]) -> SetR
         ]
     header += [
         f"# xcforge-vendor-only: {p.pin} ({p.reason}; not in this lock: the plugin step installs it --no-deps)"
-        for p in _vendor_only(s.target)
+        for p in placeholders.vendor_only(s.target)
     ]
     if result.plugin and result.plugin != "locked":
         header.append(f"# xcforge-not-locked: {s.target.plugin.name} {s.target.plugin.version} ({result.plugin})")
@@ -632,7 +615,6 @@ def write(
     results: list[SetResult],
     resolver: str,
     sdist: str | None = None,
-    site: SiteConfig | None = None,
 ) -> list[str]:
     """Write locks + deps.json; return one line per pin that changed against the committed lock."""
     lock_dir = deps_path(matrix, target).parent
@@ -654,7 +636,7 @@ def write(
             changes.append(f"{target.name} {r.set.name}: new lock, {len(new)} pins")
         path.write_text(r.lock_text, encoding="utf-8")
     plugin = target.plugin
-    plugin_sha = next((plugin_sdist_sha256(r.set, site) for r in results[:1] if r.lock_text), None) if site else None
+    plugin_sha = next((r.plugin_sdist_sha256 for r in results if r.lock_text and r.plugin_sdist_sha256), None)
     if plugin and plugin_sha:
         # The plugin step installs this exact sdist, hash-checked (its vendor-only packages come from
         # an index this lock could not read: those are pinned by version only).

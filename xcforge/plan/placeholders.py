@@ -102,6 +102,16 @@ def write(placeholders: list[Placeholder], out: Path) -> list[Path]:
     return written
 
 
+def vendor_only(target: Target) -> list[Placeholder]:
+    """The target's plugin.vendor_only packages as placeholders (what the resolution goes through)."""
+    if target.plugin is None:
+        return []
+    return [
+        Placeholder(name, v.version, v.requires, f"vendor-only: {v.source}")
+        for name, v in target.plugin.vendor_only.items()
+    ]
+
+
 def for_target(matrix: Matrix, target: Target) -> list[Placeholder]:
     """What a stand-in build of `target` installs in place of the vendor's step: the plugin itself
     (declaring the requirements its committed sets resolved), its vendor-only packages, and the
@@ -112,9 +122,7 @@ def for_target(matrix: Matrix, target: Target) -> list[Placeholder]:
     sets = (locks.read_deps(matrix, target) or {}).get("sets", [])
     requires = next((tuple(e["plugin_requires"]) for e in sets if e.get("plugin_requires")), ())
     found = [Placeholder(plugin.name, plugin.version, requires, plugin.needs_vendor)]
-    found += [
-        Placeholder(name, v.version, v.requires, f"vendor-only: {v.source}") for name, v in plugin.vendor_only.items()
-    ]
+    found += vendor_only(target)
     lock_dir = locks.deps_path(matrix, target).parent.parent
     for entry in sets:
         if not entry.get("lock") or not plugin.sdist_only:

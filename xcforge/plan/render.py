@@ -218,15 +218,18 @@ def render_context(matrix: Matrix, target: Target) -> dict:
         "plugin_requirement": f"{target.plugin.name}=={target.plugin.version}" if target.plugin else "",
         # The plugin step's own packages (the plugin, then what only the vendor serves), each --no-deps.
         "plugin_pins": plugin_pins(target),
+        "vendor_only_pins": vendor_only_pins(target),
         "sdist_only": sorted(target.plugin.sdist_only) if target.plugin else [],
     }
 
 
+def vendor_only_pins(target: Target) -> list[str]:
+    return [f"{n}=={v.version}" for n, v in target.plugin.vendor_only.items()] if target.plugin else []
+
+
 def plugin_pins(target: Target) -> list[str]:
     plugin = target.plugin
-    if plugin is None:
-        return []
-    return [f"{plugin.name}=={plugin.version}", *(f"{n}=={v.version}" for n, v in plugin.vendor_only.items())]
+    return [f"{plugin.name}=={plugin.version}", *vendor_only_pins(target)] if plugin else []
 
 
 def render_target(matrix: Matrix, target: Target, templates_dir: Path | None = None) -> RenderedDockerfile:
