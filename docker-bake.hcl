@@ -39,23 +39,43 @@ group "default" {
   ]
 }
 
-# x86_64 servers with NVIDIA GPUs (CUDA 13.0). Hardware: x86_64 + NVIDIA A100/H100/H200/L40S/RTX (driver >= 580).
-target "cuda" {
-  context     = "images/cuda"
+# What every target below shares; each inherits it.
+target "_common" {
   dockerfile  = "Dockerfile"
   contexts    = {
     engine  = "dist/.contexts/engine"
     support = "images/support"
     wheels  = "dist/.contexts/empty-wheelhouse"
-    sdists  = "dist/.contexts/sdists/cuda"
+  }
+  args        = {
+    BUILD_REVISION = BUILD_REVISION
+    BUILD_CREATED  = BUILD_CREATED
+    BUILD_SOURCE   = BUILD_SOURCE
+  }
+  annotations = [
+    "index:org.opencontainers.image.revision=${BUILD_REVISION}",
+    "manifest:org.opencontainers.image.revision=${BUILD_REVISION}",
+    "index:org.opencontainers.image.created=${BUILD_CREATED}",
+    "manifest:org.opencontainers.image.created=${BUILD_CREATED}",
+    "index:org.opencontainers.image.source=${BUILD_SOURCE}",
+    "manifest:org.opencontainers.image.source=${BUILD_SOURCE}",
+  ]
+  attest      = [
+    "type=provenance,mode=max",
+  ]
+}
+
+# x86_64 servers with NVIDIA GPUs (CUDA 13.0). Hardware: x86_64 + NVIDIA A100/H100/H200/L40S/RTX (driver >= 580).
+target "cuda" {
+  inherits    = ["_common"]
+  context     = "images/cuda"
+  contexts    = {
+    sdists = "dist/.contexts/sdists/cuda"
   }
   platforms   = [
     "linux/amd64",
   ]
   args        = {
-    BUILD_REVISION       = BUILD_REVISION
-    BUILD_CREATED        = BUILD_CREATED
-    BUILD_SOURCE         = BUILD_SOURCE
     XCFORGE_VERIFICATION = "linux/amd64=plugin-installed"
   }
   tags        = [
@@ -69,19 +89,10 @@ target "cuda" {
     "manifest:org.opencontainers.image.description=x86_64 servers with NVIDIA GPUs (CUDA 13.0)",
     "index:org.opencontainers.image.version=0.33.0-cu130",
     "manifest:org.opencontainers.image.version=0.33.0-cu130",
-    "index:org.opencontainers.image.revision=${BUILD_REVISION}",
-    "manifest:org.opencontainers.image.revision=${BUILD_REVISION}",
-    "index:org.opencontainers.image.created=${BUILD_CREATED}",
-    "manifest:org.opencontainers.image.created=${BUILD_CREATED}",
-    "index:org.opencontainers.image.source=${BUILD_SOURCE}",
-    "manifest:org.opencontainers.image.source=${BUILD_SOURCE}",
     "index:org.opencontainers.image.base.name=docker.io/nvidia/cuda:13.0.3-base-ubuntu24.04",
     "manifest:org.opencontainers.image.base.name=docker.io/nvidia/cuda:13.0.3-base-ubuntu24.04",
     "index:io.xcforge.target=cuda",
     "manifest:io.xcforge.target=cuda",
-  ]
-  attest      = [
-    "type=provenance,mode=max",
   ]
   cache-from  = CACHE_REPOSITORY == "" ? [] : ["type=registry,ref=${CACHE_REPOSITORY}/vllm-cuda:buildcache-amd64"]
   cache-to    = CACHE_REPOSITORY == "" ? [] : ["type=registry,ref=${CACHE_REPOSITORY}/vllm-cuda:buildcache-amd64,mode=max"]
@@ -89,22 +100,16 @@ target "cuda" {
 
 # Kunpeng aarch64 servers with Huawei Ascend 910B NPUs (Atlas 800 A2), CANN 9.1.0. Hardware: Kunpeng 920 aarch64 + Ascend 910B (A2); x86_64 hosts with 910B also supported.
 target "ascend" {
+  inherits    = ["_common"]
   context     = "images/ascend"
-  dockerfile  = "Dockerfile"
   contexts    = {
-    engine  = "dist/.contexts/engine"
-    support = "images/support"
-    wheels  = "dist/.contexts/empty-wheelhouse"
-    sdists  = "dist/.contexts/sdists/ascend"
+    sdists = "dist/.contexts/sdists/ascend"
   }
   platforms   = [
     "linux/arm64",
     "linux/amd64",
   ]
   args        = {
-    BUILD_REVISION       = BUILD_REVISION
-    BUILD_CREATED        = BUILD_CREATED
-    BUILD_SOURCE         = BUILD_SOURCE
     XCFORGE_VERIFICATION = "linux/arm64=plugin-installed linux/amd64=plugin-installed"
   }
   tags        = [
@@ -118,19 +123,10 @@ target "ascend" {
     "manifest:org.opencontainers.image.description=Kunpeng aarch64 servers with Huawei Ascend 910B NPUs (Atlas 800 A2), CANN 9.1.0",
     "index:org.opencontainers.image.version=0.23.0-910b-cann9.1",
     "manifest:org.opencontainers.image.version=0.23.0-910b-cann9.1",
-    "index:org.opencontainers.image.revision=${BUILD_REVISION}",
-    "manifest:org.opencontainers.image.revision=${BUILD_REVISION}",
-    "index:org.opencontainers.image.created=${BUILD_CREATED}",
-    "manifest:org.opencontainers.image.created=${BUILD_CREATED}",
-    "index:org.opencontainers.image.source=${BUILD_SOURCE}",
-    "manifest:org.opencontainers.image.source=${BUILD_SOURCE}",
     "index:org.opencontainers.image.base.name=quay.io/ascend/cann:9.1.0-910b-ubuntu22.04-py3.12",
     "manifest:org.opencontainers.image.base.name=quay.io/ascend/cann:9.1.0-910b-ubuntu22.04-py3.12",
     "index:io.xcforge.target=ascend",
     "manifest:io.xcforge.target=ascend",
-  ]
-  attest      = [
-    "type=provenance,mode=max",
   ]
   cache-from  = CACHE_REPOSITORY == "" ? [] : ["type=registry,ref=${CACHE_REPOSITORY}/vllm-ascend:buildcache-arm64-amd64"]
   cache-to    = CACHE_REPOSITORY == "" ? [] : ["type=registry,ref=${CACHE_REPOSITORY}/vllm-ascend:buildcache-arm64-amd64,mode=max"]
@@ -138,21 +134,15 @@ target "ascend" {
 
 # x86_64 servers with Cambricon MLU370 accelerators (Neuware SDK). Hardware: x86_64 + Cambricon MLU370-X8/S4.
 target "mlu" {
+  inherits    = ["_common"]
   context     = "images/mlu"
-  dockerfile  = "Dockerfile"
   contexts    = {
-    engine  = "dist/.contexts/engine"
-    support = "images/support"
-    wheels  = "dist/.contexts/empty-wheelhouse"
-    sdists  = "dist/.contexts/sdists/mlu"
+    sdists = "dist/.contexts/sdists/mlu"
   }
   platforms   = [
     "linux/amd64",
   ]
   args        = {
-    BUILD_REVISION       = BUILD_REVISION
-    BUILD_CREATED        = BUILD_CREATED
-    BUILD_SOURCE         = BUILD_SOURCE
     XCFORGE_VERIFICATION = "linux/amd64=plugin-installed"
   }
   tags        = [
@@ -166,19 +156,10 @@ target "mlu" {
     "manifest:org.opencontainers.image.description=x86_64 servers with Cambricon MLU370 accelerators (Neuware SDK)",
     "index:org.opencontainers.image.version=0.11.0-mlu370",
     "manifest:org.opencontainers.image.version=0.11.0-mlu370",
-    "index:org.opencontainers.image.revision=${BUILD_REVISION}",
-    "manifest:org.opencontainers.image.revision=${BUILD_REVISION}",
-    "index:org.opencontainers.image.created=${BUILD_CREATED}",
-    "manifest:org.opencontainers.image.created=${BUILD_CREATED}",
-    "index:org.opencontainers.image.source=${BUILD_SOURCE}",
-    "manifest:org.opencontainers.image.source=${BUILD_SOURCE}",
     "index:org.opencontainers.image.base.name=registry.cambricon.internal/cambricon/pytorch:torch2.7.1-torchmlu1.28.0-ubuntu22.04-py310",
     "manifest:org.opencontainers.image.base.name=registry.cambricon.internal/cambricon/pytorch:torch2.7.1-torchmlu1.28.0-ubuntu22.04-py310",
     "index:io.xcforge.target=mlu",
     "manifest:io.xcforge.target=mlu",
-  ]
-  attest      = [
-    "type=provenance,mode=max",
   ]
   cache-from  = CACHE_REPOSITORY == "" ? [] : ["type=registry,ref=${CACHE_REPOSITORY}/vllm-mlu:buildcache-amd64"]
   cache-to    = CACHE_REPOSITORY == "" ? [] : ["type=registry,ref=${CACHE_REPOSITORY}/vllm-mlu:buildcache-amd64,mode=max"]
@@ -186,21 +167,15 @@ target "mlu" {
 
 # x86_64 servers with Moore Threads MTT S5000 GPUs (MUSA 5.2, vllm-musa). Hardware: x86_64 + Moore Threads MTT S5000 (MUSA driver of the 5.2 release family).
 target "musa" {
+  inherits    = ["_common"]
   context     = "images/musa"
-  dockerfile  = "Dockerfile"
   contexts    = {
-    engine  = "dist/.contexts/engine"
-    support = "images/support"
-    wheels  = "dist/.contexts/empty-wheelhouse"
-    sdists  = "dist/.contexts/sdists/musa"
+    sdists = "dist/.contexts/sdists/musa"
   }
   platforms   = [
     "linux/amd64",
   ]
   args        = {
-    BUILD_REVISION       = BUILD_REVISION
-    BUILD_CREATED        = BUILD_CREATED
-    BUILD_SOURCE         = BUILD_SOURCE
     XCFORGE_VERIFICATION = "linux/amd64=plugin-installed"
   }
   tags        = [
@@ -214,19 +189,10 @@ target "musa" {
     "manifest:org.opencontainers.image.description=x86_64 servers with Moore Threads MTT S5000 GPUs (MUSA 5.2, vllm-musa)",
     "index:org.opencontainers.image.version=0.28.0-musa5.2",
     "manifest:org.opencontainers.image.version=0.28.0-musa5.2",
-    "index:org.opencontainers.image.revision=${BUILD_REVISION}",
-    "manifest:org.opencontainers.image.revision=${BUILD_REVISION}",
-    "index:org.opencontainers.image.created=${BUILD_CREATED}",
-    "manifest:org.opencontainers.image.created=${BUILD_CREATED}",
-    "index:org.opencontainers.image.source=${BUILD_SOURCE}",
-    "manifest:org.opencontainers.image.source=${BUILD_SOURCE}",
     "index:org.opencontainers.image.base.name=docker.io/library/ubuntu:22.04",
     "manifest:org.opencontainers.image.base.name=docker.io/library/ubuntu:22.04",
     "index:io.xcforge.target=musa",
     "manifest:io.xcforge.target=musa",
-  ]
-  attest      = [
-    "type=provenance,mode=max",
   ]
   cache-from  = CACHE_REPOSITORY == "" ? [] : ["type=registry,ref=${CACHE_REPOSITORY}/vllm-musa:buildcache-amd64"]
   cache-to    = CACHE_REPOSITORY == "" ? [] : ["type=registry,ref=${CACHE_REPOSITORY}/vllm-musa:buildcache-amd64,mode=max"]
@@ -234,22 +200,16 @@ target "musa" {
 
 # CPU-only servers, Kunpeng 920 / ARMv8.2+ aarch64 and x86_64, vLLM's CPU backend. Hardware: Kunpeng 920 / Phytium S5000C (ARMv8.2+, no BF16) or x86_64 with AVX2/AVX-512.
 target "cpu" {
+  inherits    = ["_common"]
   context     = "images/cpu"
-  dockerfile  = "Dockerfile"
   contexts    = {
-    engine  = "dist/.contexts/engine"
-    support = "images/support"
-    wheels  = "dist/.contexts/empty-wheelhouse"
-    sdists  = "dist/.contexts/sdists/cpu"
+    sdists = "dist/.contexts/sdists/cpu"
   }
   platforms   = [
     "linux/arm64",
     "linux/amd64",
   ]
   args        = {
-    BUILD_REVISION       = BUILD_REVISION
-    BUILD_CREATED        = BUILD_CREATED
-    BUILD_SOURCE         = BUILD_SOURCE
     XCFORGE_VERIFICATION = "linux/arm64=plugin-installed linux/amd64=plugin-installed"
   }
   tags        = [
@@ -263,19 +223,10 @@ target "cpu" {
     "manifest:org.opencontainers.image.description=CPU-only servers, Kunpeng 920 / ARMv8.2+ aarch64 and x86_64, vLLM's CPU backend",
     "index:org.opencontainers.image.version=0.32.0-cpu",
     "manifest:org.opencontainers.image.version=0.32.0-cpu",
-    "index:org.opencontainers.image.revision=${BUILD_REVISION}",
-    "manifest:org.opencontainers.image.revision=${BUILD_REVISION}",
-    "index:org.opencontainers.image.created=${BUILD_CREATED}",
-    "manifest:org.opencontainers.image.created=${BUILD_CREATED}",
-    "index:org.opencontainers.image.source=${BUILD_SOURCE}",
-    "manifest:org.opencontainers.image.source=${BUILD_SOURCE}",
     "index:org.opencontainers.image.base.name=docker.io/library/python:3.11-slim-bookworm",
     "manifest:org.opencontainers.image.base.name=docker.io/library/python:3.11-slim-bookworm",
     "index:io.xcforge.target=cpu",
     "manifest:io.xcforge.target=cpu",
-  ]
-  attest      = [
-    "type=provenance,mode=max",
   ]
   cache-from  = CACHE_REPOSITORY == "" ? [] : ["type=registry,ref=${CACHE_REPOSITORY}/vllm-cpu:buildcache-arm64-amd64"]
   cache-to    = CACHE_REPOSITORY == "" ? [] : ["type=registry,ref=${CACHE_REPOSITORY}/vllm-cpu:buildcache-arm64-amd64,mode=max"]
@@ -283,22 +234,16 @@ target "cpu" {
 
 # Phytium (Feiteng) CPU-only servers from FT-2000+/64 (ARMv8.0) up, llama.cpp's server for GGUF models. Hardware: Phytium FT-2000+/64, S2500, D2000, S5000C and any ARMv8.0-A aarch64; x86_64 with AVX2 (amd64).
 target "feiteng" {
+  inherits    = ["_common"]
   context     = "images/feiteng"
-  dockerfile  = "Dockerfile"
   contexts    = {
-    engine  = "dist/.contexts/engine"
-    support = "images/support"
-    wheels  = "dist/.contexts/empty-wheelhouse"
-    sdists  = "dist/.contexts/sdists/feiteng"
+    sdists = "dist/.contexts/sdists/feiteng"
   }
   platforms   = [
     "linux/arm64",
     "linux/amd64",
   ]
   args        = {
-    BUILD_REVISION       = BUILD_REVISION
-    BUILD_CREATED        = BUILD_CREATED
-    BUILD_SOURCE         = BUILD_SOURCE
     XCFORGE_VERIFICATION = "linux/arm64=plugin-installed linux/amd64=plugin-installed"
   }
   tags        = [
@@ -312,19 +257,10 @@ target "feiteng" {
     "manifest:org.opencontainers.image.description=Phytium (Feiteng) CPU-only servers from FT-2000+/64 (ARMv8.0) up, llama.cpp's server for GGUF models",
     "index:org.opencontainers.image.version=0.3.36-llamacpp",
     "manifest:org.opencontainers.image.version=0.3.36-llamacpp",
-    "index:org.opencontainers.image.revision=${BUILD_REVISION}",
-    "manifest:org.opencontainers.image.revision=${BUILD_REVISION}",
-    "index:org.opencontainers.image.created=${BUILD_CREATED}",
-    "manifest:org.opencontainers.image.created=${BUILD_CREATED}",
-    "index:org.opencontainers.image.source=${BUILD_SOURCE}",
-    "manifest:org.opencontainers.image.source=${BUILD_SOURCE}",
     "index:org.opencontainers.image.base.name=docker.io/library/python:3.11-slim-bookworm",
     "manifest:org.opencontainers.image.base.name=docker.io/library/python:3.11-slim-bookworm",
     "index:io.xcforge.target=feiteng",
     "manifest:io.xcforge.target=feiteng",
-  ]
-  attest      = [
-    "type=provenance,mode=max",
   ]
   cache-from  = CACHE_REPOSITORY == "" ? [] : ["type=registry,ref=${CACHE_REPOSITORY}/llamacpp-feiteng:buildcache-arm64-amd64"]
   cache-to    = CACHE_REPOSITORY == "" ? [] : ["type=registry,ref=${CACHE_REPOSITORY}/llamacpp-feiteng:buildcache-arm64-amd64,mode=max"]

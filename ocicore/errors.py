@@ -72,6 +72,13 @@ class DependencyConflict(XcforgeError):
     exit_code = 10
 
 
+class BundleDamaged(XcforgeError):
+    """A transfer bundle is incomplete or its bytes differ from its signed manifest (a chunk missing
+    or corrupt, a blob swapped, a file added); nothing was published."""
+
+    exit_code = 11
+
+
 class Interrupted(XcforgeError):
     """The user pressed Ctrl-C; partial work was cleaned up."""
 

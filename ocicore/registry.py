@@ -1,5 +1,9 @@
 """A small OCI distribution client (distribution-spec v1.1) on `requests`.
 
+Kept over oras-py and skopeo (issue 22). oras-py lacks Docker manifest lists, mounts, byte-exact
+manifest PUTs and digest checks. skopeo is a subprocess that knows none of xcforge's signature tags.
+The figures and the feature matrix are in docs/architecture.md, "Registry client: ocicore vs oras-py vs skopeo".
+
 Enough for pushing and reading images, signatures and attachments by tag or digest: references,
 token/basic auth, manifests (OCI and Docker v2 media types), blobs (monolithic upload, cross-repo
 mount, streamed download with digest check), tags, deletes; retries with exponential backoff

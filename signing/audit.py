@@ -51,7 +51,21 @@ from signing.sm3 import sm3_hex
 DEFAULT_AUDIT_LOG = Path("dist/audit.log.jsonl")
 GENESIS = "0" * 64
 ACTIONS = frozenset(
-    {"build", "push", "sign", "attest", "verify", "promote", "keygen", "checkpoint", "rotate", "prune", "export"}
+    {
+        "build",
+        "push",
+        "sign",
+        "attest",
+        "verify",
+        "promote",
+        "bundle",
+        "import",
+        "keygen",
+        "checkpoint",
+        "rotate",
+        "prune",
+        "export",
+    }
 )
 _FIELDS = (
     "seq", "time", "actor", "action", "subject", "digest", "key_id", "result", "details", "signature", "prev"

@@ -35,6 +35,7 @@ from signing.sm2_keys import Sm2PrivateKey
 from signing.store import signature_config_blob
 
 _SIGNATURE_SUFFIXES = (".sig", ".sm2")
+_RELATED_SUFFIXES = (*_SIGNATURE_SUFFIXES, ".att", ".sm2att", ".sbom")
 
 
 @dataclass
@@ -96,6 +97,22 @@ class _Copier:
                 self.target.put_manifest(self.dst_repo, tag, data, media_type)
                 return
         self.target.put_manifest(self.dst_repo, tag, manifest.data, manifest.media_type)
+
+
+def related_tags(tags: list[str], digests: list[str]) -> list[str]:
+    """The tags that belong to these digests: signatures, attestations, SBOMs, the referrers fallback."""
+    prefixes = {d.replace(":", "-", 1) for d in digests}
+    out = []
+    for tag in sorted(tags):
+        base, _, suffix = tag.partition(".")
+        if base in prefixes and (not suffix or f".{suffix}" in _RELATED_SUFFIXES):
+            out.append(tag)
+    return out
+
+
+def merge_manifests(incoming: Manifest, present: Manifest) -> tuple[bytes, str, bytes | None] | None:
+    """Public name of the union used when a copied signature tag meets one already there."""
+    return _merge(incoming, present)
 
 
 def _merge(incoming: Manifest, present: Manifest) -> tuple[bytes, str, bytes | None] | None:
@@ -161,12 +178,9 @@ def promote(
         target_client.put_manifest(dst.repository, dst.tag, top.data, top.media_type)
     result.manifests, result.blobs = len(copier.copied), copier.blobs  # the image itself; tags follow
 
-    prefixes = {d.replace(":", "-", 1) for d in copier.digests_in_tree(src.digest)}
-    for tag in sorted(source_client.list_tags(src.repository)):
-        base, _, suffix = tag.partition(".")
-        if base in prefixes and (not suffix or f".{suffix}" in (*_SIGNATURE_SUFFIXES, ".att", ".sm2att", ".sbom")):
-            copier.tag(tag)
-            result.tags.append(tag)
+    for tag in related_tags(source_client.list_tags(src.repository), copier.digests_in_tree(src.digest)):
+        copier.tag(tag)
+        result.tags.append(tag)
 
     if audit is not None:
         audit.record(

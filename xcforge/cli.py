@@ -34,6 +34,8 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "xcforge.commands.smoke_cmds": ("smoke",),
     "xcforge.commands.deploy_cmds": ("deploy",),
     "xcforge.commands.ci_cmds": ("workflows", "ci"),
+    "xcforge.commands.bundle_cmds": ("bundle", "import"),
+    "xcforge.commands.zstd_cmds": ("zstd",),
 }
 COMMANDS = frozenset(name for names in COMMAND_MODULES.values() for name in names)
 

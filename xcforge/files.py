@@ -14,7 +14,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from xcforge.shell import echo
+from xcforge.console import echo
 
 _ASIDE = ".{name}.replaced-"
 # Not waited for; kept so that an `rm` still running when a long-lived caller (a test) drops its

@@ -1,30 +1,34 @@
-"""The stage order of a build run, in one place: check → contexts → build → record → sign → smoke → report.
+"""The stage order of a build run, in one place: check → contexts → build → publish → record → sign → smoke
+→ report.
 
 Each stage is a function of the results of the one before and returns its own: build → BuildResult
-per target, sign → SignOutcome, smoke → SmokeOutcome; the report stage puts them together
+per target, publish (`--zstd`) → PublishOutcome, sign → SignOutcome, smoke → SmokeOutcome; the
+report stage puts them together
 (`with_outcomes`). None of them imports a later one, and none changes another's result. The
-standalone `sign` and `smoke` commands call the same stage functions on recorded results.
+standalone `zstd`, `sign` and `smoke` commands call the same stage functions on recorded results.
 """
 
 from __future__ import annotations
 
 from ocicore.errors import BuildFailed, ConfigError
+from xcforge import console
 from xcforge.build.builder import BuildRequest, build_all, check_rendered, merge_digests, prepare_contexts
-from xcforge.build.buildx import BuilderNode, check_builder, prefetch_nodes, say
+from xcforge.build.buildx import BuilderNode, check_builder, prefetch_nodes
 from xcforge.build.docker_env import check_docker, start_docker_check
-from xcforge.ci import actions as ci
+from xcforge.console import say
 
 
 def _later_stages():
-    """The stages after the build: sign, smoke, report. Imported here, not with this module, so
+    """The stages after the build: publish, sign, smoke, report. Imported here, not with this module, so
     that they load while the bakes run (`build_all(while_baking=...)`): a cached build waits there
     for seconds with this process idle, and loading them first (rich's tables, the smoke and sign
     stages, the audit log: 0.1 s) would put them on the user's clock before the bake starts."""
+    from xcforge.publish import zstd
     from xcforge.report import results
     from xcforge.sign import stage
     from xcforge.smoke import checks
 
-    return stage, checks, results
+    return stage, checks, results, zstd
 
 
 def _describe(node: BuilderNode) -> str:
@@ -72,12 +76,16 @@ def run_builds(request: BuildRequest) -> int:
         _later_stages()
 
     builds = build_all(request, engine_hash, while_baking=while_baking)
-    sign, smoke, report = _later_stages()
+    sign, smoke, report, publish = _later_stages()
     for build in builds:
         if build.error:
-            ci.annotate_error(build.error)
+            console.annotate_error(build.error)
     failed = any(build.error for build in builds)
 
+    # The zstd variants, before anything is signed: the sign stage signs their digests too.
+    published = publish.publish_results(builds, request) if request.zstd and not failed else []
+    failed |= any(outcome.error for outcome in published)
+    builds = report.with_outcomes(builds, published=published)
     sign.record_builds(builds, request.options.dist_dir)
     signed = sign.sign_results(builds, request) if request.sign and not failed else []
     failed |= any(outcome.error for outcome in signed)
@@ -106,7 +114,7 @@ def run_builds(request: BuildRequest) -> int:
 
 def merge_and_report(matrix, plan, digests: list[str]) -> int:
     """Split CI mode, second half: the index from per-platform digests (build stage), then the report."""
-    _, _, report = _later_stages()
+    _, _, report, _ = _later_stages()
     result = merge_digests(matrix, plan, digests)
     report.write_reports(report.merge_into_report([result], plan.dist_dir), plan.dist_dir)
     report.print_table([result])

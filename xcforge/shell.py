@@ -3,43 +3,15 @@
 from __future__ import annotations
 
 import os
-import shlex
 import subprocess
-import sys
 from collections.abc import Mapping, Sequence
 
 from ocicore.errors import EnvironmentProblem
+from xcforge.console import echo
 
 # /usr/local/bin/docker on some machines is a client without the buildx plugin; the engine's own
 # client in /usr/bin is the one provisioning installs (docs/provisioning.md).
 DOCKER = os.environ.get("XCFORGE_DOCKER", "/usr/bin/docker" if os.path.exists("/usr/bin/docker") else "docker")
-
-_SECRET_MARKERS = ("password", "token", "secret")
-
-
-def format_command(argv: Sequence[str]) -> str:
-    """Quote argv for the echo line; values of secret-looking flags are masked."""
-    shown: list[str] = []
-    mask_next = False
-    for arg in argv:
-        if mask_next:
-            shown.append("***")
-            mask_next = False
-            continue
-        lowered = arg.lower()
-        if lowered.startswith("--") and any(m in lowered for m in _SECRET_MARKERS):
-            if "=" in arg:
-                shown.append(arg.split("=", 1)[0] + "=***")
-            else:
-                shown.append(arg)
-                mask_next = True
-            continue
-        shown.append(arg)
-    return shlex.join(shown)
-
-
-def echo(argv: Sequence[str], stream=None) -> None:
-    print(f"+ {format_command(argv)}", file=stream or sys.stderr, flush=True)
 
 
 def run(

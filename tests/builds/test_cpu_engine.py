@@ -8,11 +8,14 @@ the official `openai` client, as an operator's application would.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import io
 import json
+import shutil
 import subprocess
 import tarfile
+import time
 import uuid
 from pathlib import Path
 
@@ -136,6 +139,133 @@ def test_smoke_including_real_serve(cpu_build):
     assert results[("doctor without devices", "linux/arm64")] == "pass"
 
 
+AIRGAP_NODE = "xcforge-gap"  # veth "v-<name>" must fit 15 characters
+AIRGAP_NODE_IP = "10.231.0.2"  # scripts/second-engine.sh's namespace address
+AIRGAP_REGISTRY_PORT = 5050
+
+
+@contextlib.contextmanager
+def _registry_in_namespace(namespace: str, work: Path):
+    """A registry (Debian's docker-registry) listening inside the second engine's network namespace:
+    the air-gapped side's own registry, reached from this machine over the veth, not over loopback."""
+    binary = shutil.which("docker-registry") or shutil.which("registry")
+    assert binary, "no registry binary; scripts/provision.sh installs docker-registry"
+    config = work / "inner-registry.yml"
+    config.write_text(
+        "version: 0.1\nlog: {level: error, accesslog: {disabled: true}}\n"
+        f"storage: {{filesystem: {{rootdirectory: {work / 'inner-data'}}}, delete: {{enabled: true}}}}\n"
+        f"http: {{addr: '0.0.0.0:{AIRGAP_REGISTRY_PORT}'}}\n"
+    )
+    proc = subprocess.Popen(["nsenter", f"--net=/var/run/netns/{namespace}", binary, "serve", str(config)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        url = f"http://{AIRGAP_NODE_IP}:{AIRGAP_REGISTRY_PORT}/v2/"
+        for _ in range(60):
+            with contextlib.suppress(requests.RequestException):
+                if requests.get(url, timeout=2).status_code == 200:
+                    break
+            time.sleep(0.5)
+        else:
+            raise AssertionError(f"the inner registry did not answer at {url}")
+        yield f"{AIRGAP_NODE_IP}:{AIRGAP_REGISTRY_PORT}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def _keys(folder: Path) -> dict[str, str]:
+    """Unencrypted SM2 and cosign key pairs as files (tests only)."""
+    from signing.cosign_keys import CosignPrivateKey
+    from signing.sm2_keys import Sm2PrivateKey
+
+    sm2, cosign = Sm2PrivateKey.generate(), CosignPrivateKey.generate()
+    files = {
+        "sm2.key": sm2.to_pem(None),
+        "sm2.pub": sm2.public_key.to_pem(),
+        "cosign.key": cosign.to_cosign_pem(""),
+        "cosign.pub": cosign.public_key.to_pem(),
+    }
+    for name, data in files.items():
+        (folder / name).write_bytes(data)
+    return {name: str(folder / name) for name in files}
+
+
+def _serve_on_second_engine(docker: list[str], image: str, model: Path, name: str) -> str:
+    """`docker run` the image on the second engine, published on its namespace address; its URL."""
+    flags = ["-p", f"{AIRGAP_NODE_IP}:18000:8000", "--shm-size", "1g", "-m", "6g", "--cpus", "2"]
+    serve = ["--model", "/models/tiny", "--served-model-name", "tiny", "--max-model-len", "512"]
+    run = subprocess.run(
+        [*docker, "run", "-d", "--name", name, *flags, "-v", f"{model}:/models/tiny:ro", image, *serve],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stderr
+    base = f"http://{AIRGAP_NODE_IP}:18000"
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        with contextlib.suppress(requests.RequestException):
+            if requests.get(f"{base}/health", timeout=5).status_code == 200:
+                return base
+        state = subprocess.run([*docker, "inspect", "-f", "{{.State.Running}}", name], capture_output=True, text=True)
+        if state.stdout.strip() != "true":
+            logs = subprocess.run([*docker, "logs", "--tail", "30", name], capture_output=True, text=True)
+            raise AssertionError(f"the imported image exited on the second engine: {logs.stderr[-3000:]}")
+        time.sleep(3)
+    raise AssertionError("the image imported on the second engine never became healthy")
+
+
+def test_airgap_bundle_imported_on_a_second_engine_verifies_and_serves(cpu_build, tmp_path):
+    """The issue's real test: bundle on this engine, import into a registry in another network
+    namespace (scripts/second-engine.sh), verify the image there, serve a model from there."""
+    from xcforge.smoke.checks import tiny_model
+
+    keys = _keys(tmp_path)
+    source = f"{REGISTRY}/{cpu_build['repo']}"
+    digest = cpu_build["report"]["digest"]
+    audit = ["--audit-log", str(tmp_path / "audit.jsonl")]
+    signing = ["--sm2-key", keys["sm2.key"], "--cosign-key", keys["cosign.key"]]
+    trusted = ["--sm2-key", keys["sm2.pub"], "--cosign-key", keys["cosign.pub"]]
+    signed = cli("sign", f"{source}@{digest}", *signing, *audit)
+    assert signed.returncode == 0, signed.stderr[-3000:]
+    out = ["--out", str(tmp_path / "release"), "--chunk-size", "256M", "--json", str(tmp_path / "bundle.json")]
+    made = cli("bundle", "--target", "cpu", "--report", str(cpu_build["dist"]), *out, *signing, *audit)
+    assert made.returncode == 0, made.stderr[-3000:]
+    written = json.loads((tmp_path / "bundle.json").read_text())
+    assert len([f for f in written["files"] if ".tar." in f]) >= 2, written["files"]  # really chunked
+    chunks = str(tmp_path / "release.chunks.json")
+    tool = [str(tmp_path / "verify-bundle.py"), chunks, *trusted]
+    standalone = subprocess.run(["/usr/bin/python3", "-I", *tool], capture_output=True, text=True, timeout=900)
+    assert standalone.returncode == 0, standalone.stdout[-2000:] + standalone.stderr[-2000:]
+
+    engine = ["bash", str(REPO / "scripts" / "second-engine.sh")]
+    docker, name, inner_repo = ["docker", "--context", AIRGAP_NODE], "xcforge-airgap-serve", "inner/vllm-cpu"
+    try:
+        started = subprocess.run([*engine, "start", AIRGAP_NODE], capture_output=True, text=True, timeout=180)
+        assert started.returncode == 0, started.stdout + started.stderr
+        with _registry_in_namespace(AIRGAP_NODE, tmp_path) as inner:
+            rewrite = ["--rewrite", f"{cpu_build['repo']}={inner_repo}"]
+            imported = cli("import", chunks, "--registry", inner, "--insecure", *trusted, *rewrite, *audit)
+            assert imported.returncode == 0, imported.stderr[-3000:]
+            inner_ref = f"{inner}/{inner_repo}@{digest}"
+            verified = cli("verify", inner_ref, "--insecure", *trusted, "--allow-identity", source, "--no-audit")
+            assert verified.returncode == 0, verified.stdout[-2000:] + verified.stderr[-3000:]
+            actions = [json.loads(line)["action"] for line in (tmp_path / "audit.jsonl").read_text().splitlines()]
+            assert {"sign", "bundle", "import"} <= set(actions), actions
+
+            # Served from there: the second engine pulls from its own registry (loopback in its namespace).
+            image = f"127.0.0.1:{AIRGAP_REGISTRY_PORT}/{inner_repo}@{digest}"
+            pulled = subprocess.run([*docker, "pull", "-q", image], capture_output=True, text=True, timeout=1200)
+            assert pulled.returncode == 0, pulled.stderr
+            with tiny_model(tmp_path / "model") as model:
+                base = _serve_on_second_engine(docker, image, model, name)
+                client = openai.OpenAI(base_url=f"{base}/v1", api_key="x", timeout=120)
+                assert client.completions.create(model="tiny", prompt="hello", max_tokens=4).choices[0].text is not None
+    finally:
+        subprocess.run([*docker, "rm", "-f", name], capture_output=True, timeout=120)
+        subprocess.run([*engine, "stop", AIRGAP_NODE], capture_output=True, timeout=120)
+
+
 @pytest.fixture(scope="module")
 def server(cpu_build, tmp_path_factory):
     from xcforge.config.matrix import load_matrix
@@ -171,6 +301,26 @@ def test_derived_settings_follow_container_limits(server):
     assert "VLLM_CPU_KVCACHE_SPACE" in logs
     assert "kept from environment" in logs or "VLLM_CPU_KVCACHE_SPACE=1" in logs  # the explicit value wins
     assert "VLLM_CPU_OMP_THREADS_BIND" in logs
+
+
+def test_metrics_serve_every_name_monitoring_queries(server):
+    """deploy/monitoring/ (the vLLM dashboard, cpu.yaml's alert rules, its HPA through prometheus-adapter)
+    reads only series this image's real /metrics serves once it has answered a request."""
+    from tests.deploy.monitoring_refs import missing_series, referenced_series
+
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{server.port}/v1", api_key="x", timeout=120)
+    done = client.completions.create(model="tiny", prompt="hello there", max_tokens=4)
+    assert done.choices[0].text is not None
+    assert "vllm:num_requests_waiting" in referenced_series("cpu")
+    missing: list[str] = []
+    for _ in range(15):  # the stats logger records each engine step; give it a few scrapes
+        text = requests.get(f"http://127.0.0.1:{server.port}/metrics", timeout=30).text
+        missing = missing_series("cpu", text)
+        if not missing:
+            break
+        time.sleep(2)
+    assert not missing, f"/metrics lacks {missing}"
+    assert "gpu_cache_usage_perc" not in text
 
 
 def test_doctor_follows_memory_and_cpu_limits(cpu_build):

@@ -13,6 +13,7 @@ import subprocess
 
 import openai
 import pytest
+import requests
 
 from tests.builds.conftest import cli
 
@@ -109,6 +110,13 @@ def test_openai_client_against_a_fresh_server(feiteng, tmp_path):
         chat = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "Hi"}],
                                               max_tokens=8)  # fmt: skip
         assert chat.choices[0].message.content is not None
+        # deploy/monitoring/ (the llama.cpp dashboard, feiteng.yaml's rules and HPA) reads only series this
+        # server's /metrics serves: the launcher passes --metrics (without it llama-server answers 501).
+        from tests.deploy.monitoring_refs import missing_series
+
+        metrics = requests.get("http://127.0.0.1:18123/metrics", timeout=60)
+        assert metrics.status_code == 200, metrics.text[:300]
+        assert not missing_series("feiteng", metrics.text), missing_series("feiteng", metrics.text)
         logs = subprocess.run([DOCKER, "logs", name], capture_output=True, text=True).stderr
         assert "--threads 2" in logs or "--threads=2" in logs  # the CPU quota, logged with its reason
         assert "--ctx-size 512" in logs  # --max-model-len translated

@@ -1,4 +1,4 @@
-"""xcforge.ci.actions: workflow commands, escaping, summary, outputs, masks, runner detection."""
+"""xcforge.console and xcforge.ci.runners: workflow commands, escaping, summary, outputs, masks, runner detection."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import sys
 
 import pytest
 
-from xcforge.ci import actions as ci
+from xcforge import console
+from xcforge.ci import runners as runners_mod
 from xcforge.ci.workflows import hardware_labels
 from xcforge.config.matrix import load_matrix
 
@@ -32,82 +33,82 @@ def local(monkeypatch: pytest.MonkeyPatch):
 
 
 def test_in_github_actions_reads_the_runner_variable():
-    assert ci.in_github_actions({"GITHUB_ACTIONS": "true"})
-    assert not ci.in_github_actions({"GITHUB_ACTIONS": "false"})
-    assert not ci.in_github_actions({})
+    assert console.in_github_actions({"GITHUB_ACTIONS": "true"})
+    assert not console.in_github_actions({"GITHUB_ACTIONS": "false"})
+    assert not console.in_github_actions({})
 
 
 def test_message_escaping_keeps_percent_and_newlines():
-    assert ci.escape_data("100% done\r\nnext") == "100%25 done%0D%0Anext"
+    assert console.escape_data("100% done\r\nnext") == "100%25 done%0D%0Anext"
     # ':' and ',' are fine in a message ...
-    assert ci.escape_data("a: b, c") == "a: b, c"
+    assert console.escape_data("a: b, c") == "a: b, c"
     # ... but end a property value, so they are escaped there.
-    assert ci.escape_property("C:\\x,y: 5%") == "C%3A\\x%2Cy%3A 5%25"
+    assert console.escape_property("C:\\x,y: 5%") == "C%3A\\x%2Cy%3A 5%25"
 
 
 def test_annotate_error_in_actions_with_file_and_line(actions):
     out = io.StringIO()
-    ci.annotate_error("build failed\nsee log: 50% done", file="images/a,b:c/Dockerfile", line=12, stream=out)
+    console.annotate_error("build failed\nsee log: 50% done", file="images/a,b:c/Dockerfile", line=12, stream=out)
     assert out.getvalue() == ("::error file=images/a%2Cb%3Ac/Dockerfile,line=12::build failed%0Asee log: 50%25 done\n")
 
 
 def test_annotate_error_without_location_and_with_title(actions):
     out = io.StringIO()
-    ci.annotate_error("boom", title="cuda: build", stream=out)
+    console.annotate_error("boom", title="cuda: build", stream=out)
     assert out.getvalue() == "::error title=cuda%3A build::boom\n"
 
 
 def test_annotate_error_outside_actions_is_silent_unless_asked(local, capsys):
-    ci.annotate_error("boom", file="x.py", line=3)
+    console.annotate_error("boom", file="x.py", line=3)
     assert capsys.readouterr() == ("", "")
-    ci.annotate_error("boom", file="x.py", line=3, echo=True)
+    console.annotate_error("boom", file="x.py", line=3, echo=True)
     assert capsys.readouterr().err == "error: x.py:3: boom\n"
 
 
 def test_warning_and_notice(local, capsys):
-    ci.warning("slow", file="matrix.yaml", line=7)
+    console.warning("slow", file="matrix.yaml", line=7)
     assert capsys.readouterr().err == "warning: matrix.yaml:7: slow\n"
-    ci.notice("fyi")
+    console.notice("fyi")
     assert capsys.readouterr().err == "notice: fyi\n"
 
 
 def test_warning_in_actions(actions):
     out = io.StringIO()
-    ci.warning("slow, really", file="matrix.yaml", line=7, column=2, stream=out)
+    console.warning("slow, really", file="matrix.yaml", line=7, column=2, stream=out)
     assert out.getvalue() == "::warning file=matrix.yaml,line=7,col=2::slow, really\n"
 
 
 def test_group_in_actions_closes_even_on_error_and_does_not_nest(actions):
     out = io.StringIO()
-    with pytest.raises(RuntimeError), ci.group("build cuda", stream=out):
-        with ci.group("inner", stream=out):
+    with pytest.raises(RuntimeError), console.group("build cuda", stream=out):
+        with console.group("inner", stream=out):
             out.write("work\n")
         raise RuntimeError("x")
     assert out.getvalue() == "::group::build cuda\n==> inner\nwork\n::endgroup::\n"
     # The depth is reset: the next group is native again.
     out = io.StringIO()
-    with ci.group("next", stream=out):
+    with console.group("next", stream=out):
         pass
     assert out.getvalue() == "::group::next\n::endgroup::\n"
 
 
 def test_group_title_is_escaped(actions):
     out = io.StringIO()
-    with ci.group("a\nb", stream=out):
+    with console.group("a\nb", stream=out):
         pass
     assert out.getvalue().splitlines()[0] == "::group::a%0Ab"
 
 
 def test_group_outside_actions_is_a_heading(local):
     out = io.StringIO()
-    with ci.group("build cpu", stream=out):
+    with console.group("build cpu", stream=out):
         pass
     assert out.getvalue() == "==> build cpu\n"
 
 
 def test_mask_registers_each_line(actions):
     out = io.StringIO()
-    ci.mask("-----BEGIN KEY-----\nabc%def\n\n-----END KEY-----", stream=out)
+    console.mask("-----BEGIN KEY-----\nabc%def\n\n-----END KEY-----", stream=out)
     assert out.getvalue().splitlines() == [
         "::add-mask::-----BEGIN KEY-----",
         "::add-mask::abc%25def",
@@ -116,23 +117,23 @@ def test_mask_registers_each_line(actions):
 
 
 def test_mask_outside_actions_prints_nothing(local, capsys):
-    ci.mask("secret")
+    console.mask("secret")
     assert capsys.readouterr() == ("", "")
 
 
 def test_step_summary_appends(actions):
-    assert ci.write_step_summary("## one")
-    assert ci.write_step_summary("two\n")
+    assert console.write_step_summary("## one")
+    assert console.write_step_summary("two\n")
     assert (actions / "summary.md").read_text() == "## one\ntwo\n"
 
 
 def test_step_summary_outside_actions(local):
-    assert ci.write_step_summary("x") is False
+    assert console.write_step_summary("x") is False
 
 
 def test_set_output_single_and_multiline(actions):
-    ci.set_output("digest", "sha256:" + "a" * 64)
-    ci.set_output("report", "line1\nline2")
+    console.set_output("digest", "sha256:" + "a" * 64)
+    console.set_output("report", "line1\nline2")
     text = (actions / "output").read_text()
     lines = text.splitlines()
     assert lines[0] == "digest=sha256:" + "a" * 64
@@ -151,7 +152,7 @@ def test_detect_runners_online_offline_missing():
         _runner("gpu-1", ["self-hosted", "gpu"], status="offline"),
         _runner("hosted-like", ["mlu"]),  # not self-hosted: does not count
     ]
-    got = {r.label: r for r in ci.detect_runners(["ascend", "gpu", "mlu", "arm64"], runners)}
+    got = {r.label: r for r in runners_mod.detect_runners(["ascend", "gpu", "mlu", "arm64"], runners)}
     assert got["ascend"].available and "npu-1" in got["ascend"].reason
     assert not got["gpu"].available and "offline" in got["gpu"].reason
     assert not got["mlu"].available
@@ -161,7 +162,7 @@ def test_detect_runners_online_offline_missing():
 
 
 def test_detect_runners_without_token_and_declared_labels():
-    got = {r.label: r for r in ci.detect_runners(["ascend", "gpu"], None, declared=["GPU", ""])}
+    got = {r.label: r for r in runners_mod.detect_runners(["ascend", "gpu"], None, declared=["GPU", ""])}
     assert got["gpu"].available and "XCFORGE_SELF_HOSTED_LABELS" in got["gpu"].reason
     assert not got["ascend"].available
     assert got["ascend"].reason.startswith("no self-hosted ascend runner registered")
@@ -177,17 +178,17 @@ def test_detect_runners_without_token_and_declared_labels():
     ],
 )
 def test_parse_runners_accepts_what_gh_api_prints(text):
-    runners = ci.parse_runners(text)
+    runners = runners_mod.parse_runners(text)
     assert [r["name"] for r in runners] == ["a"]
 
 
 def test_parse_runners_empty():
-    assert ci.parse_runners("") == []
-    assert ci.parse_runners('{"total_count": 0, "runners": []}') == []
+    assert runners_mod.parse_runners("") == []
+    assert runners_mod.parse_runners('{"total_count": 0, "runners": []}') == []
 
 
 def test_detect_runners_module_entry_point_uses_stdlib_only(tmp_path):
-    """release.yml runs `python3 -m xcforge.ci.actions` before installing anything: outputs and a visible summary."""
+    """release.yml runs `python3 -m xcforge.ci.runners` before installing anything: outputs and a visible summary."""
     runners = tmp_path / "runners.jsonl"
     runners.write_text(json.dumps(_runner("npu", ["self-hosted", "ascend"])) + "\n")
     env = {
@@ -203,7 +204,7 @@ def test_detect_runners_module_entry_point_uses_stdlib_only(tmp_path):
             sys.executable,
             "-S",
             "-m",
-            "xcforge.ci.actions",
+            "xcforge.ci.runners",
             "detect-runners",
             "--labels",
             "gpu,ascend",

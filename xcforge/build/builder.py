@@ -29,7 +29,7 @@ from ocicore.errors import BuildFailed, ConfigError, RegistryError, RenderError,
 from ocicore.layout import attestation_dir, merge_archives
 from ocicore.push import push_layout
 from ocicore.registry import RegistryClient, parse_reference
-from xcforge import files
+from xcforge import console, files
 from xcforge.attest import sbom
 from xcforge.attest.attestations import load_recorded, write_attestations
 from xcforge.build import bake
@@ -41,13 +41,12 @@ from xcforge.build.buildx import (
     failure_reason,
     node_for,
     run_bake,
-    say,
 )
 from xcforge.build.engine_wheel import ensure_engine_wheel
 from xcforge.build.fingerprint import build_fingerprint, hash_tree
 from xcforge.build.result import BuildResult, PlatformResult
-from xcforge.ci import actions as ci
 from xcforge.config.matrix import Matrix
+from xcforge.console import say
 from xcforge.plan import locks, placeholders, render_inputs
 from xcforge.plan.build_plan import BuildOptions, BuildPlan, OutputMode, cache_tag
 from xcforge.plan.render import render_target
@@ -69,6 +68,7 @@ class BuildRequest:
     sm2_key: Path | None = None
     cosign_key: Path | None = None
     keyless: bool = False
+    zstd: bool = False  # --zstd: also publish the `<tag>-zstd` variant (xcforge/publish/zstd.py)
     builder: str | None = None  # --builder: every platform on this buildx builder
 
     def builders_for(self, plan: BuildPlan) -> dict[str, str | None]:
@@ -370,7 +370,7 @@ def _bake_lane(
             [request.matrix.root / bake.BAKE_FILE.name, run_file], names, builder=builder, metadata=metadata
         )
         where = f" on builder {builder}" if builder else ""
-        with ci.group(f"bake {', '.join(names)}{where}"):
+        with console.group(f"bake {', '.join(names)}{where}"):
             outcome = run_bake(
                 cmd,
                 targets=names,
@@ -576,7 +576,7 @@ def _finish(
         }
         record_path.write_text(json.dumps(record, indent=2) + "\n")
         return
-    with ci.group(f"push {plan.image_repo}@{digest}"):
+    with console.group(f"push {plan.image_repo}@{digest}"):
         push_layout(partial, plan.image_repo, plan.tags, progress=lambda m: say(f"[{plan.target.name}] {m}"))
         _attach_sboms(plan, result)
     result.refs = list(plan.refs)

@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from xcforge.shell import DOCKER, echo
+from xcforge.console import echo, output_lock, say
+from xcforge.shell import DOCKER
 
 # buildx/registry failures worth another try (the registry client has its own list for pushes).
 RETRYABLE = re.compile(
@@ -33,12 +34,6 @@ RETRYABLE = re.compile(
     re.IGNORECASE,
 )
 _VERTEX = re.compile(r"^#(\d+) (?:\[(?P<name>[^\]]*)\]|(?P<word>CACHED|DONE|ERROR|CANCELED)\b)?")
-_print_lock = threading.Lock()
-
-
-def say(message: str) -> None:
-    with _print_lock:
-        print(message, file=sys.stderr, flush=True)
 
 
 @functools.cache
@@ -220,35 +215,46 @@ class _Logs:
 
 
 class _LiveLines:
-    """One line per target/platform, redrawn in place (a terminal only)."""
+    """One line per target/platform, redrawn in place by rich.live (a terminal only).
+
+    The lines are fed by the plain progress parser: buildx 0.13 (Debian 12's) has no structured
+    progress (`--progress=rawjson` arrived in 0.15), and plain is also what CI logs and
+    dist/logs/ keep, so one parser serves all three."""
 
     def __init__(self, stream: IO[str], progress: dict[str, TargetProgress], started: float) -> None:
-        self.stream, self.progress, self.started, self.drawn = stream, progress, started, 0
-        self.last = 0.0
+        from rich.console import Console
+        from rich.live import Live
+
+        self.progress, self.started, self.last = progress, started, 0.0
+        width = None if stream.isatty() else 120
+        self.console = Console(file=stream, force_terminal=True, width=width, highlight=False)
+        # No auto refresh thread: a frame is drawn when a line arrives (at most 4 per second).
+        self.live = Live(console=self.console, auto_refresh=False, redirect_stdout=False, redirect_stderr=False)
+        self.live.start()
 
     def rows(self) -> list[str]:
-        width = max(40, os.get_terminal_size(self.stream.fileno()).columns - 1) if self.stream.isatty() else 120
         elapsed = time.monotonic() - self.started
         out = []
         for name, p in self.progress.items():
             for platform, step in sorted(p.current.items()) or [("", "waiting")]:
                 head = f"[{name}{' ' + platform if platform else ''}] {elapsed:6.0f}s  {p.cache_hits:3} cached  "
-                out.append((head + step)[:width])
+                out.append(head + step)
         return out
 
     def draw(self, force: bool = False) -> None:
+        from rich.text import Text
+
         now = time.monotonic()
         if not force and now - self.last < 0.25:
             return
         self.last = now
-        rows = self.rows()
-        with _print_lock:
-            if self.drawn:
-                self.stream.write(f"\x1b[{self.drawn}F")
-            for row in rows:
-                self.stream.write("\x1b[2K" + row + "\n")
-            self.stream.flush()
-        self.drawn = len(rows)
+        frame = Text("\n".join(self.rows()), no_wrap=True, overflow="ellipsis")
+        with output_lock:
+            self.live.update(frame, refresh=True)
+
+    def close(self) -> None:
+        self.draw(force=True)
+        self.live.stop()
 
 
 def live_wanted(stream: IO[str] | None = None) -> bool:
@@ -313,7 +319,7 @@ def run_bake(
     finally:
         logs.close()
         if live_lines:
-            live_lines.draw(force=True)
+            live_lines.close()
     if proc.returncode != 0 and not any(p.failed for p in progress.values()):
         for p in progress.values():  # a failure no step owns (bad definition, builder gone): everyone's
             p.failed = True

@@ -8,7 +8,8 @@ import subprocess
 from dataclasses import dataclass
 
 from ocicore.errors import EnvironmentProblem
-from xcforge.shell import DOCKER, echo
+from xcforge.console import echo
+from xcforge.shell import DOCKER
 
 MIN_BUILDX = (0, 11)
 REMEDY = "run `sudo scripts/provision.sh` (installs and starts Docker with buildx and the containerd image store)"

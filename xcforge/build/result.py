@@ -41,6 +41,9 @@ class BuildResult:
     error: str | None = None
     error_code: int = 0  # the XcforgeError exit code behind `error` (5 build, 6 registry, ...)
     signatures: list[dict[str, Any]] = field(default_factory=list)
+    # Other compressions of the pushed image (the publish stage, xcforge/publish/zstd.py): per
+    # variant {compression, digest, source_digest, refs, platforms: [{platform, digest, ...}], ...}.
+    variants: list[dict[str, Any]] = field(default_factory=list)
     # Per platform: SBOM and provenance files and where they were attached (xcforge/attest/attestations.py).
     attestations: list[dict[str, Any]] = field(default_factory=list)
     smoke: list[dict[str, Any]] = field(default_factory=list)

@@ -1,6 +1,7 @@
 """matrix.yaml → the GitHub Actions workflows under .github/, committed and checked for drift.
 
-Adding a target to the matrix adds its build, merge, sign, smoke and hardware jobs here; nobody
+Adding a target to the matrix adds its jobs to release.yml (two calls of the reusable target.yml,
+which holds the build, merge, smoke and hardware jobs once for every target, and a sign job); nobody
 edits the YAML by hand (the files say so in their first line, and `workflows --check` fails CI when
 they disagree with the matrix). The workflows are built as data and dumped with PyYAML, so the
 tests read them back as data too.
@@ -14,6 +15,7 @@ the target's own `ci.runner` in matrix.yaml.
 
 from __future__ import annotations
 
+import json
 import re
 import textwrap
 from dataclasses import dataclass
@@ -371,7 +373,36 @@ def ci_workflow(matrix: Matrix) -> dict:
     }
 
 
-# --------------------------------------------------------------------------- release.yml
+# --------------------------------------------------------------------------- release.yml and target.yml
+#
+# release.yml holds what is decided once per run (plan, detect-runners), the signing and the summary;
+# everything a target does on its own runners is one reusable workflow, target.yml, called twice per
+# target with that target's values as typed inputs:
+#
+#   build-<t>  (target.yml, stage build): build every platform natively, push by digest, merge the index
+#   sign-<t>   (here):                    SM2 + keyless Sigstore (+ cosign key) on the merged digest
+#   check-<t>  (target.yml, stage check): verify the signatures, smoke-test per platform, hardware test
+#
+# Signing stays in release.yml on purpose: a keyless (Fulcio) certificate names the workflow file the
+# signing job is defined in, and for a job of a reusable workflow that is the called file. Signed from
+# target.yml, every signature would name target.yml, and the identity operators and the admission
+# policies check (`.github/workflows/release.yml@refs/tags/v*`, deploy/policy/, docs/signing.md)
+# would match nothing. It also keeps the signing keys out of target.yml: a call passes it the
+# registry credentials only, by name (never `secrets: inherit`).
+
+TARGET_WORKFLOW = "target.yml"
+_STAGES = ("build", "check")
+
+# The workflow-level env of release.yml; a called workflow does not see its caller's `env:`, so
+# target.yml sets the same.
+_RELEASE_ENV = {
+    "REGISTRY": "${{ vars.XCFORGE_REGISTRY || format('ghcr.io/{0}', github.repository_owner) }}",
+    "REGISTRY_HOST": "${{ vars.XCFORGE_REGISTRY_HOST || 'ghcr.io' }}",
+    "PYTHONUNBUFFERED": "1",
+    "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+}
+# The secrets target.yml receives (same names as the repository's): registry login only.
+_TARGET_SECRETS = ("XCFORGE_REGISTRY_USERNAME", "XCFORGE_REGISTRY_PASSWORD")
 
 
 def _target_selected(target: Target) -> str:
@@ -382,97 +413,120 @@ def _runner_available(target: Target) -> str:
     return f"needs.detect-runners.outputs.{hardware_label(target)} == 'true'"
 
 
-def _build_job(matrix: Matrix, target: Target) -> dict:
-    name = target.name
-    self_hosted = builds_on_self_hosted(target)
-    label = hardware_label(target)
-    include = [
-        {"platform": p, "arch": _arch(p), **({} if self_hosted else {"runner": hosted_runner(p)})}
-        for p in target.platforms
-    ]
+def _stage(name: str) -> str:
+    return f"inputs.stage == '{name}'"
+
+
+def target_platforms(target: Target) -> list[dict[str, str]]:
+    """The `platforms` input of a target's calls: each platform, its arch, its hosted runner."""
+    return [{"platform": p, "arch": _arch(p), "runner": hosted_runner(p)} for p in target.platforms]
+
+
+# ---- target.yml, stage build
+
+
+def _when(condition: str, step: dict) -> dict:
+    """The step, run only when `condition` holds (`if:` right after its name)."""
+    name, rest = step["name"], {k: v for k, v in step.items() if k != "name"}
+    return {"name": name, "if": condition, **rest}
+
+
+def _target_build_job() -> dict:
+    self_hosted = "inputs.build-on-self-hosted"
+    hosted = f"!{self_hosted}"
+    script = """
+    wheelhouse=()
+    if [ -n "$WHEELHOUSE_PLUGIN" ]; then
+        if [ -z "$XCFORGE_WHEELHOUSE" ]; then
+            echo "::error::$WHEELHOUSE_PLUGIN comes from a wheelhouse:" \\
+                "set the repository variable XCFORGE_WHEELHOUSE to its directory on the runner"
+            exit 1
+        fi
+        wheelhouse=(--wheelhouse "$XCFORGE_WHEELHOUSE")
+    fi
+    python build.py --target "$TARGET" --platform "$PLATFORM" --registry "$REGISTRY" --push --push-by-digest \\
+        ${BUILDER:+--builder "$BUILDER"} "${wheelhouse[@]}"
+    """
     # The same machinery as a local build: bake on this runner's engine (native for its platform),
     # or on a BuildKit farm named by the repository variable XCFORGE_BUILDER (a buildx builder or
     # docker context the runner has); `merge` then assembles the index by digest.
-    build_cmd = (
-        f'python build.py --target {name} --platform "$PLATFORM" --registry "$REGISTRY" --push --push-by-digest'
-        ' ${BUILDER:+--builder "$BUILDER"}'
-    )
-    env: dict[str, str] = {"PLATFORM": "${{ matrix.platform }}", "BUILDER": "${{ vars.XCFORGE_BUILDER }}"}
-    checks = []
-    if target.plugin and target.plugin.source == "wheelhouse":
-        env["XCFORGE_WHEELHOUSE"] = "${{ vars.XCFORGE_WHEELHOUSE }}"
-        checks.append(
-            f'test -n "$XCFORGE_WHEELHOUSE" || {{ echo "::error::{target.plugin.name} comes from a wheelhouse: '
-            'set the repository variable XCFORGE_WHEELHOUSE to its directory on the runner"; exit 1; }'
-        )
-        build_cmd += ' --wheelhouse "$XCFORGE_WHEELHOUSE"'
-    script = "\n".join([*checks, build_cmd])
-    steps = [_checkout()]
-    if self_hosted:
-        steps.append(_install_self_hosted())
-    else:
-        steps += [_free_disk(), _containerd_store(), _setup_python(), _install()]
-    steps += [
+    steps = [
+        _checkout(),
+        _when(self_hosted, _install_self_hosted()),
+        *(_when(hosted, step) for step in (_free_disk(), _containerd_store(), _setup_python(), _install())),
         _login(),
-        _run(f"Build {name} for ${{{{ matrix.platform }}}} and push by digest", script, env=env),
+        _run(
+            "Build ${{ inputs.target }} for ${{ matrix.platform }} and push by digest",
+            script,
+            env={
+                "TARGET": "${{ inputs.target }}",
+                "PLATFORM": "${{ matrix.platform }}",
+                "BUILDER": "${{ vars.XCFORGE_BUILDER }}",
+                "WHEELHOUSE_PLUGIN": "${{ inputs.wheelhouse-plugin }}",
+                # Only a target whose plugin comes from a wheelhouse is given the runner's directory.
+                "XCFORGE_WHEELHOUSE": "${{ inputs.wheelhouse-plugin != '' && vars.XCFORGE_WHEELHOUSE || '' }}",
+            },
+        ),
         _run(
             "Check the digest record",
-            f"""
-            record=dist/digests/{name}-${{{{ matrix.arch }}}}.json
-            test -s "$record" || {{ echo "::error::the build left no $record"; exit 1; }}
+            """
+            record=dist/digests/$TARGET-$ARCH.json
+            test -s "$record" || { echo "::error::the build left no $record"; exit 1; }
             cat "$record"
             """,
+            env={"TARGET": "${{ inputs.target }}", "ARCH": "${{ matrix.arch }}"},
         ),
         _upload(
             "the digest record",
-            f"digests-{name}-${{{{ matrix.arch }}}}",
-            f"dist/digests/{name}-${{{{ matrix.arch }}}}.json",
+            "digests-${{ inputs.target }}-${{ matrix.arch }}",
+            "dist/digests/${{ inputs.target }}-${{ matrix.arch }}.json",
             retention=1,
         ),
         _upload(
             "the build report",
-            f"report-{name}-${{{{ matrix.arch }}}}",
+            "report-${{ inputs.target }}-${{ matrix.arch }}",
             "dist/report.*",
             condition="always()",
             required=False,
         ),
     ]
-    job: dict[str, Any] = {
-        "name": f"build {name} (${{{{ matrix.platform }}}})",
-        "needs": ["plan", "detect-runners"] if self_hosted else ["plan"],
-        "if": _target_selected(target) + (f" && {_runner_available(target)}" if self_hosted else ""),
-        "runs-on": ["self-hosted", label] if self_hosted else "${{ matrix.runner }}",
+    return {
+        "name": "build (${{ matrix.platform }})",
+        "if": _stage("build"),
+        # Natively on each platform's hosted runner (no QEMU); a target with a private base (only the
+        # site's machines can pull it, and they hold the vendor's wheelhouse) on its self-hosted one.
+        "runs-on": (
+            f'${{{{ {self_hosted} && fromJSON(format(\'["self-hosted", "{{0}}"]\', inputs.runner-label))'
+            " || matrix.runner }}"
+        ),
         "timeout-minutes": 300,
         "permissions": {"contents": "read", "packages": "write"},
-        "strategy": {"fail-fast": False, "matrix": {"include": include}},
-        "env": {"XCFORGE_SITE": "${{ vars.XCFORGE_SITE }}"} if self_hosted else {},
+        "strategy": {"fail-fast": False, "matrix": {"include": "${{ fromJSON(inputs.platforms) }}"}},
+        "env": {"XCFORGE_SITE": f"${{{{ {self_hosted} && vars.XCFORGE_SITE || '' }}}}"},
         "steps": steps,
     }
-    if not job["env"]:
-        del job["env"]
-    return job
 
 
-def _merge_job(target: Target) -> dict:
-    name = target.name
-    script = f"""
+def _target_merge_job() -> dict:
+    script = """
     args=()
-    for record in dist/digests/{name}-*.json; do
+    for record in dist/digests/"$TARGET"-*.json; do
         args+=(--digest "$(jq -r .digest "$record")")
     done
-    python build.py merge --target {name} --registry "$REGISTRY" "${{args[@]}}" | tee "$RUNNER_TEMP/merge.log"
+    python build.py merge --target "$TARGET" --registry "$REGISTRY" "${args[@]}" | tee "$RUNNER_TEMP/merge.log"
     # The merge ends with "<target> <repository>@<index digest>".
-    ref=$(awk '$1 == "{name}" {{ r = $2 }} END {{ print r }}' "$RUNNER_TEMP/merge.log")
+    ref=$(awk -v target="$TARGET" '$1 == target { r = $2 } END { print r }' "$RUNNER_TEMP/merge.log")
     case $ref in
         *@sha256:*) ;;
-        *) echo "::error::merge printed no '{name} REPOSITORY@sha256:...' line"; exit 1 ;;
+        *) echo "::error::merge printed no '$TARGET REPOSITORY@sha256:...' line"; exit 1 ;;
     esac
     echo "ref=$ref" >> "$GITHUB_OUTPUT"
-    echo "### {name}: \\`$ref\\`" >> "$GITHUB_STEP_SUMMARY"
+    echo "### $TARGET: \\`$ref\\`" >> "$GITHUB_STEP_SUMMARY"
     """
     return {
-        "name": f"merge {name}",
-        "needs": [f"build-{name}"],
+        "name": "merge",
+        "needs": ["build"],
+        "if": _stage("build"),
         "runs-on": DEFAULT_RUNNER,
         "timeout-minutes": 20,
         "permissions": {"contents": "read", "packages": "write"},
@@ -484,59 +538,27 @@ def _merge_job(target: Target) -> dict:
             _login(),
             _uses(
                 "download-artifact",
-                {"pattern": f"digests-{name}-*", "merge-multiple": True, "path": "dist/digests"},
+                {"pattern": "digests-${{ inputs.target }}-*", "merge-multiple": True, "path": "dist/digests"},
                 step_name="Download the platform digests",
             ),
-            _run("Merge the platform digests into one index", script, id="merge"),
-            _upload("the build report", f"report-{name}-index", "dist/report.*", condition="always()", required=False),
-        ],
-    }
-
-
-def _sign_job(target: Target) -> dict:
-    name = target.name
-    script = """
-    if [ -z "$XCFORGE_SM2_KEY" ]; then
-    echo "::error::secret XCFORGE_SM2_KEY is not set: release images are SM2-signed (docs/ci.md)"
-    exit 1
-fi
-    args=(--keyless)
-    if [ -z "$XCFORGE_COSIGN_KEY" ]; then
-        unset XCFORGE_COSIGN_KEY XCFORGE_COSIGN_PASSWORD
-        echo "::notice::no XCFORGE_COSIGN_KEY secret: cosign signature is keyless (Sigstore) only"
-    fi
-    python build.py sign "$IMAGE" "${args[@]}"
-    """
-    return {
-        "name": f"sign {name}",
-        "needs": [f"merge-{name}"],
-        "runs-on": DEFAULT_RUNNER,
-        "timeout-minutes": 20,
-        # id-token: keyless Sigstore signing with the workflow's OIDC identity; packages: signatures are
-        # stored in the registry next to the image.
-        "permissions": {"contents": "read", "packages": "write", "id-token": "write"},
-        "steps": [
-            _checkout(),
-            _setup_python(),
-            _install(),
-            _login(),
             _run(
-                f"Sign {name} (SM2, keyless Sigstore, cosign key if given)",
+                "Merge the platform digests into one index",
                 script,
-                env={
-                    "IMAGE": f"${{{{ needs.merge-{name}.outputs.ref }}}}",
-                    "XCFORGE_SM2_KEY": "${{ secrets.XCFORGE_SM2_KEY }}",
-                    "XCFORGE_SM2_PASSWORD": "${{ secrets.XCFORGE_SM2_PASSWORD }}",
-                    "XCFORGE_COSIGN_KEY": "${{ secrets.XCFORGE_COSIGN_KEY }}",
-                    "XCFORGE_COSIGN_PASSWORD": "${{ secrets.XCFORGE_COSIGN_PASSWORD }}",
-                },
+                id="merge",
+                env={"TARGET": "${{ inputs.target }}"},
             ),
             _upload(
-                "the signing audit log", f"audit-{name}", "dist/audit.log.jsonl", condition="always()", required=False
+                "the build report",
+                "report-${{ inputs.target }}-index",
+                "dist/report.*",
+                condition="always()",
+                required=False,
             ),
         ],
     }
 
+
+# ---- target.yml, stage check
 
 _VERIFY_SCRIPT = """
 if [ -z "$SM2_PUBLIC_KEY" ]; then
@@ -544,7 +566,8 @@ if [ -z "$SM2_PUBLIC_KEY" ]; then
     exit 1
 fi
 printf '%s\\n' "$SM2_PUBLIC_KEY" > "$RUNNER_TEMP/sm2.pub"
-# The keyless signature was made by this very workflow run's identity.
+# The keyless signature was made by this very run's release.yml (GITHUB_WORKFLOW_REF names the
+# caller's workflow here, in a called one too: the signer's identity).
 # Each platform's SBOM and BuildKit provenance must be attested too, not only the digest signed.
 args=(--sm2-key "$RUNNER_TEMP/sm2.pub" --require-attestations)
 args+=(--keyless-identity "https://github.com/$GITHUB_WORKFLOW_REF")
@@ -559,25 +582,17 @@ if [ -n "$COSIGN_PUBLIC_KEY" ]; then
 fi
 """
 
+_IMAGE_ENV = {"TARGET": "${{ inputs.target }}", "IMAGE": "${{ inputs.image }}"}
 
-def _verify_env(target: Target) -> dict[str, str]:
+
+def _target_smoke_job() -> dict:
     return {
-        "IMAGE": f"${{{{ needs.merge-{target.name}.outputs.ref }}}}",
-        "SM2_PUBLIC_KEY": "${{ vars.XCFORGE_SM2_PUBLIC_KEY }}",
-        "COSIGN_PUBLIC_KEY": "${{ vars.XCFORGE_COSIGN_PUBLIC_KEY }}",
-    }
-
-
-def _smoke_job(target: Target) -> dict:
-    name = target.name
-    include = [{"platform": p, "runner": hosted_runner(p)} for p in target.platforms]
-    return {
-        "name": f"smoke {name} (${{{{ matrix.platform }}}}, published digest)",
-        "needs": [f"merge-{name}", f"sign-{name}"],
+        "name": "smoke (${{ matrix.platform }}, published digest)",
+        "if": _stage("check"),
         "runs-on": "${{ matrix.runner }}",
         "timeout-minutes": 60,
         "permissions": {"contents": "read", "packages": "read"},
-        "strategy": {"fail-fast": False, "matrix": {"include": include}},
+        "strategy": {"fail-fast": False, "matrix": {"include": "${{ fromJSON(inputs.platforms) }}"}},
         "steps": [
             _checkout(),
             _free_disk(),
@@ -586,25 +601,30 @@ def _smoke_job(target: Target) -> dict:
             _install(),
             _uses("cosign-installer", step_name="Install cosign"),
             _login(),
-            _run("Verify the signatures before running anything", _VERIFY_SCRIPT, env=_verify_env(target)),
             _run(
-                f"Smoke-test {name} (no accelerator)",
-                f'python build.py smoke --target {name} --image "$IMAGE"',
-                env={"IMAGE": f"${{{{ needs.merge-{name}.outputs.ref }}}}"},
+                "Verify the signatures before running anything",
+                _VERIFY_SCRIPT,
+                env={
+                    "IMAGE": "${{ inputs.image }}",
+                    "SM2_PUBLIC_KEY": "${{ vars.XCFORGE_SM2_PUBLIC_KEY }}",
+                    "COSIGN_PUBLIC_KEY": "${{ vars.XCFORGE_COSIGN_PUBLIC_KEY }}",
+                },
+            ),
+            _run(
+                "Smoke-test ${{ inputs.target }} (no accelerator)",
+                'python build.py smoke --target "$TARGET" --image "$IMAGE"',
+                env=_IMAGE_ENV,
             ),
         ],
     }
 
 
-def _hardware_job(target: Target) -> dict:
-    name = target.name
-    label = hardware_label(target)
+def _target_hardware_job() -> dict:
     return {
-        "name": f"hardware {name} ([self-hosted, {label}])",
-        "needs": ["detect-runners", f"merge-{name}", f"sign-{name}"],
-        # Skipped (and said so in detect-runners' summary) when no such runner is registered.
-        "if": _runner_available(target),
-        "runs-on": ["self-hosted", label],
+        "name": "hardware ([self-hosted, ${{ inputs.runner-label }}])",
+        # Skipped, visibly (detect-runners' summary says why), when no such runner is registered.
+        "if": f"{_stage('check')} && inputs.runner-available",
+        "runs-on": ["self-hosted", "${{ inputs.runner-label }}"],
         "timeout-minutes": 90,
         "permissions": {"contents": "read", "packages": "read"},
         "steps": [
@@ -612,18 +632,211 @@ def _hardware_job(target: Target) -> dict:
             _install_self_hosted(),
             _login(),
             _run(
-                f"doctor with the operators' docker run flags on real {label} hardware",
-                f"""
-                python build.py deploy --docker-run --doctor --target {name} --image "$IMAGE" > "$RUNNER_TEMP/doctor.sh"
+                "doctor with the operators' docker run flags on real ${{ inputs.runner-label }} hardware",
+                """
+                python build.py deploy --docker-run --doctor --target "$TARGET" --image "$IMAGE" \\
+                    > "$RUNNER_TEMP/doctor.sh"
                 cat "$RUNNER_TEMP/doctor.sh"
                 bash -e "$RUNNER_TEMP/doctor.sh"
                 """,
-                env={"IMAGE": f"${{{{ needs.merge-{name}.outputs.ref }}}}"},
+                env=_IMAGE_ENV,
             ),
             _run(
-                f"Device smoke test of {name} on real hardware",
-                f'python build.py smoke --target {name} --image "$IMAGE" --device',
-                env={"IMAGE": f"${{{{ needs.merge-{name}.outputs.ref }}}}"},
+                "Device smoke test of ${{ inputs.target }} on real hardware",
+                'python build.py smoke --target "$TARGET" --image "$IMAGE" --device',
+                env=_IMAGE_ENV,
+            ),
+        ],
+    }
+
+
+_TARGET_JOBS = ("build", "merge", "smoke", "hardware")
+
+
+def _target_results_job() -> dict:
+    # A workflow's outputs can read its jobs' outputs but (for actionlint, which CI runs) not their
+    # results: this job turns each result into an output, for release.yml's summary table.
+    env = {job.upper(): f"${{{{ needs.{job}.result }}}}" for job in _TARGET_JOBS}
+    return {
+        "name": "results",
+        "needs": list(_TARGET_JOBS),
+        "if": "${{ !cancelled() }}",
+        "runs-on": DEFAULT_RUNNER,
+        "timeout-minutes": 5,
+        "outputs": {job: f"${{{{ needs.{job}.result }}}}" for job in _TARGET_JOBS},
+        "steps": [
+            _run(
+                "Results of ${{ inputs.target }}'s ${{ inputs.stage }} stage",
+                'echo "build: $BUILD, merge: $MERGE, smoke: $SMOKE, hardware: $HARDWARE"',
+                env=env,
+            )
+        ],
+    }
+
+
+def target_workflow(matrix: Matrix) -> dict:
+    """target.yml: one target's jobs, for release.yml to call (`stage` says which half)."""
+
+    def string(description: str, *, required: bool = False) -> dict:
+        entry: dict[str, Any] = {"description": description, "type": "string", "required": required}
+        if not required:
+            entry["default"] = ""
+        return entry
+
+    def boolean(description: str) -> dict:
+        return {"description": description, "type": "boolean", "required": False, "default": False}
+
+    return {
+        "name": "target",
+        "on": {
+            "workflow_call": {
+                "inputs": {
+                    "stage": string(
+                        "build: build every platform, push by digest, merge the index; "
+                        "check: verify the signed index, smoke-test it per platform and on hardware",
+                        required=True,
+                    ),
+                    "target": string(f"the matrix target ({', '.join(matrix.targets)})", required=True),
+                    "platforms": string(
+                        'JSON list of {"platform", "arch", "runner"}: each platform and the hosted runner that '
+                        "builds it natively and smoke-tests it",
+                        required=True,
+                    ),
+                    "runner-label": string(
+                        "label of the target's [self-hosted, <label>] runner (its ci.runner)", required=True
+                    ),
+                    "runner-available": boolean("a [self-hosted, <runner-label>] runner is registered and online"),
+                    "build-on-self-hosted": boolean("private base: build on the self-hosted runner, not hosted ones"),
+                    "wheelhouse-plugin": string(
+                        "the hardware plugin that comes from the runner's wheelhouse (XCFORGE_WHEELHOUSE), if any"
+                    ),
+                    "image": string("stage check: the signed index, REPOSITORY@sha256:..."),
+                },
+                # Registry login only: the signing keys never reach this workflow (signing is release.yml's).
+                "secrets": {
+                    name: {"description": f"the repository secret {name}", "required": False}
+                    for name in _TARGET_SECRETS
+                },
+                "outputs": {
+                    "ref": {
+                        "description": "REPOSITORY@sha256:... of the merged index",
+                        "value": "${{ jobs.merge.outputs.ref }}",
+                    },
+                    **{
+                        f"{job}-result": {
+                            "description": f"result of the {job} job",
+                            "value": f"${{{{ jobs.results.outputs.{job} }}}}",
+                        }
+                        for job in _TARGET_JOBS
+                    },
+                },
+            }
+        },
+        "permissions": {"contents": "read"},
+        # No concurrency group: a called workflow's `github` context is its caller's, so a group here
+        # would be release.yml's own and cancel or block the run; release.yml's group covers it.
+        "defaults": {"run": {"shell": "bash"}},
+        "env": dict(_RELEASE_ENV),
+        "jobs": {
+            "build": _target_build_job(),
+            "merge": _target_merge_job(),
+            "smoke": _target_smoke_job(),
+            "hardware": _target_hardware_job(),
+            "results": _target_results_job(),
+        },
+    }
+
+
+def _target_notes(matrix: Matrix) -> str:
+    return (
+        "#\n"
+        "# One target's jobs, called by release.yml twice per target (`uses: ./.github/workflows/target.yml`):\n"
+        "#   stage build: build (per platform, native runner) → merge (the index, by digest; output `ref`)\n"
+        "#   stage check: smoke (per platform, after verifying the signatures) and hardware ([self-hosted, label],\n"
+        "#                skipped visibly without such a runner)\n"
+        "# Signing happens in release.yml between the two: keyless signatures name release.yml.\n"
+    )
+
+
+# ---- release.yml
+
+
+def _call(matrix: Matrix, target: Target, stage: str) -> dict:
+    name = target.name
+    with_: dict[str, Any] = {
+        "stage": stage,
+        "target": name,
+        "platforms": json.dumps(target_platforms(target)),
+        "runner-label": hardware_label(target),
+    }
+    if stage == "build":
+        needs = ["plan", "detect-runners"] if builds_on_self_hosted(target) else ["plan"]
+        condition = _target_selected(target)
+        if builds_on_self_hosted(target):
+            # Skipped (and said so in detect-runners' summary) when no such runner is registered.
+            condition += f" && {_runner_available(target)}"
+            with_["build-on-self-hosted"] = True
+        if target.plugin and target.plugin.source == "wheelhouse":
+            with_["wheelhouse-plugin"] = target.plugin.name
+        permissions = {"contents": "read", "packages": "write"}
+    else:
+        needs = ["detect-runners", f"build-{name}", f"sign-{name}"]
+        # Smoke tests need a signed index, not detect-runners: when it failed, hardware only is skipped.
+        condition = f"${{{{ !cancelled() && needs.sign-{name}.result == 'success' }}}}"
+        with_["runner-available"] = f"${{{{ {_runner_available(target)} }}}}"
+        with_["image"] = f"${{{{ needs.build-{name}.outputs.ref }}}}"
+        permissions = {"contents": "read", "packages": "read"}
+    return {
+        "name": f"{stage} {name}",
+        "needs": needs,
+        "if": condition,
+        "permissions": permissions,
+        "uses": f"./.github/workflows/{TARGET_WORKFLOW}",
+        "with": with_,
+        "secrets": {s: f"${{{{ secrets.{s} }}}}" for s in _TARGET_SECRETS},
+    }
+
+
+def _sign_job(target: Target) -> dict:
+    name = target.name
+    script = """
+    if [ -z "$XCFORGE_SM2_KEY" ]; then
+        echo "::error::secret XCFORGE_SM2_KEY is not set: release images are SM2-signed (docs/ci.md)"
+        exit 1
+    fi
+    args=(--keyless)
+    if [ -z "$XCFORGE_COSIGN_KEY" ]; then
+        unset XCFORGE_COSIGN_KEY XCFORGE_COSIGN_PASSWORD
+        echo "::notice::no XCFORGE_COSIGN_KEY secret: cosign signature is keyless (Sigstore) only"
+    fi
+    python build.py sign "$IMAGE" "${args[@]}"
+    """
+    return {
+        "name": f"sign {name}",
+        "needs": [f"build-{name}"],
+        "runs-on": DEFAULT_RUNNER,
+        "timeout-minutes": 20,
+        # id-token: keyless Sigstore signing with the workflow's OIDC identity; packages: signatures are
+        # stored in the registry next to the image.
+        "permissions": {"contents": "read", "packages": "write", "id-token": "write"},
+        "steps": [
+            _checkout(),
+            _setup_python(),
+            _install(),
+            _login(),
+            _run(
+                f"Sign {name} (SM2, keyless Sigstore, cosign key if given)",
+                script,
+                env={
+                    "IMAGE": f"${{{{ needs.build-{name}.outputs.ref }}}}",
+                    "XCFORGE_SM2_KEY": "${{ secrets.XCFORGE_SM2_KEY }}",
+                    "XCFORGE_SM2_PASSWORD": "${{ secrets.XCFORGE_SM2_PASSWORD }}",
+                    "XCFORGE_COSIGN_KEY": "${{ secrets.XCFORGE_COSIGN_KEY }}",
+                    "XCFORGE_COSIGN_PASSWORD": "${{ secrets.XCFORGE_COSIGN_PASSWORD }}",
+                },
+            ),
+            _upload(
+                "the signing audit log", f"audit-{name}", "dist/audit.log.jsonl", condition="always()", required=False
             ),
         ],
     }
@@ -665,7 +878,7 @@ def _detect_runners_job(matrix: Matrix) -> dict:
     else
         given=(--no-token)
     fi
-    python3 -m xcforge.ci.actions detect-runners --labels {",".join(labels)} "${{given[@]}}" --declared "$DECLARED"
+    python3 -m xcforge.ci.runners detect-runners --labels {",".join(labels)} "${{given[@]}}" --declared "$DECLARED"
     """
     return {
         "name": "detect self-hosted runners",
@@ -689,15 +902,27 @@ def _detect_runners_job(matrix: Matrix) -> dict:
     }
 
 
+SUMMARY_STAGES = ("build", "merge", "sign", "smoke", "hardware")
+
+
+def stage_result(stage: str, target: str) -> str:
+    """The expression for one cell of the summary: a stage's result, read from the job or call
+    that ran it. A call reports its jobs' results as outputs; a call that never started has none,
+    and then its own result (skipped, or failure) stands for each of its stages."""
+    if stage == "sign":
+        return f"${{{{ needs.sign-{target}.result }}}}"
+    call = f"build-{target}" if stage in ("build", "merge") else f"check-{target}"
+    return f"${{{{ needs.{call}.outputs.{stage}-result || needs.{call}.result }}}}"
+
+
 def _summary_job(matrix: Matrix, job_ids: list[str]) -> dict:
-    stages = ("build", "merge", "sign", "smoke", "hardware")
     env = {}
     rows = []
     for name in matrix.targets:
         cells = []
-        for stage in stages:
+        for stage in SUMMARY_STAGES:
             key = f"{stage}_{name}".upper().replace("-", "_")
-            env[key] = f"${{{{ needs.{stage}-{name}.result }}}}"
+            env[key] = stage_result(stage, name)
             cells.append(f"${key}")
         rows.append(f"| {name} | " + " | ".join(cells) + " |")
     script = "\n".join(
@@ -705,8 +930,8 @@ def _summary_job(matrix: Matrix, job_ids: list[str]) -> dict:
             "{",
             '    echo "## Release summary"',
             '    echo ""',
-            '    echo "| target | ' + " | ".join(stages) + ' |"',
-            '    echo "|' + "---|" * (len(stages) + 1) + '"',
+            '    echo "| target | ' + " | ".join(SUMMARY_STAGES) + ' |"',
+            '    echo "|' + "---|" * (len(SUMMARY_STAGES) + 1) + '"',
             *[f'    echo "{row}"' for row in rows],
             '    echo ""',
             '    echo "skipped hardware: no self-hosted runner with that label (see detect-runners)."',
@@ -727,11 +952,9 @@ def release_workflow(matrix: Matrix) -> dict:
     names = list(matrix.targets)
     jobs: dict[str, Any] = {"plan": _plan_job(matrix), "detect-runners": _detect_runners_job(matrix)}
     for name, target in matrix.targets.items():
-        jobs[f"build-{name}"] = _build_job(matrix, target)
-        jobs[f"merge-{name}"] = _merge_job(target)
+        jobs[f"build-{name}"] = _call(matrix, target, "build")
         jobs[f"sign-{name}"] = _sign_job(target)
-        jobs[f"smoke-{name}"] = _smoke_job(target)
-        jobs[f"hardware-{name}"] = _hardware_job(target)
+        jobs[f"check-{name}"] = _call(matrix, target, "check")
     jobs["summary"] = _summary_job(matrix, list(jobs))
     return {
         "name": "release",
@@ -752,19 +975,15 @@ def release_workflow(matrix: Matrix) -> dict:
         "permissions": {"contents": "read"},
         "concurrency": {"group": "release-${{ github.ref }}", "cancel-in-progress": False},
         "defaults": {"run": {"shell": "bash"}},
-        "env": {
-            "REGISTRY": "${{ vars.XCFORGE_REGISTRY || format('ghcr.io/{0}', github.repository_owner) }}",
-            "REGISTRY_HOST": "${{ vars.XCFORGE_REGISTRY_HOST || 'ghcr.io' }}",
-            "PYTHONUNBUFFERED": "1",
-            "PIP_DISABLE_PIP_VERSION_CHECK": "1",
-        },
+        "env": dict(_RELEASE_ENV),
         "jobs": jobs,
     }
 
 
 def _release_notes(matrix: Matrix) -> str:
-    lines = ["#", "# Per target: build (one job per platform, native runners) → merge → sign → smoke, and"]
-    lines.append("# hardware (self-hosted; skipped visibly without such a runner). Images:")
+    lines = ["#", "# Per target: build (target.yml: one job per platform, native runners, then merge) → sign →"]
+    lines.append("# check (target.yml: smoke per platform, and hardware: self-hosted, skipped visibly without such")
+    lines.append("# a runner). Images:")
     lines += [f"#   {image_repository(t, '$REGISTRY')}  ({', '.join(t.platforms)})" for t in matrix.targets.values()]
     return "\n".join(lines) + "\n"
 
@@ -870,6 +1089,9 @@ def generate(matrix: Matrix, root: Path = REPO_ROOT) -> list[GeneratedFile]:
         GeneratedFile(github / "workflows" / "ci.yml", dump_workflow(ci_workflow(matrix))),
         GeneratedFile(
             github / "workflows" / "release.yml", dump_workflow(release_workflow(matrix), _release_notes(matrix))
+        ),
+        GeneratedFile(
+            github / "workflows" / TARGET_WORKFLOW, dump_workflow(target_workflow(matrix), _target_notes(matrix))
         ),
         GeneratedFile(github / "actionlint.yaml", dump_workflow(actionlint_config(matrix))),
     ]

@@ -50,6 +50,11 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
         help="buildx builder for every platform (default: the site's `builders` map, else the current builder)",
     )
     parser.add_argument("--dist", type=Path, default=DIST_DIR, help="where archives and reports go (default dist/)")
+    parser.add_argument(
+        "--zstd",
+        action="store_true",
+        help="with --push: also publish each image's zstd variant under <tag>-zstd (the gzip tags stay)",
+    )
     parser.add_argument("--smoke", action="store_true", help="smoke-test each built image")
     parser.add_argument("--sign", action="store_true", help="sign each pushed digest (needs --push and keys)")
     parser.add_argument("--sm2-key", type=Path, help="SM2 private key (PEM/DER PKCS#8) for --sign")
@@ -150,6 +155,11 @@ def _options(args: argparse.Namespace) -> BuildOptions:
             "index, --push-by-digest one untagged platform for `merge`; pass only one of them"
         )
     _check_wheelhouse(args.wheelhouse)
+    if args.zstd and not args.push:
+        raise ConfigError(
+            "--zstd recompresses a pushed, tagged image in the registry: add --push --registry R "
+            "(after split builds, run `python build.py zstd --target T` once `merge` has tagged the index)"
+        )
     if args.sign and not (args.push or args.push_by_digest):
         raise ConfigError(
             "--sign signs pushed digests only: add --push --registry R (an archive is signed with `sign`)"
@@ -194,6 +204,7 @@ def run_build(args: argparse.Namespace) -> int:
         sm2_key=args.sm2_key,
         cosign_key=args.cosign_key,
         keyless=args.keyless,
+        zstd=args.zstd,
     )
     return run_builds(request)
 

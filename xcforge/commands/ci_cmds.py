@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 from ocicore.errors import ConfigError
-from xcforge.ci import actions as ci
+from xcforge import console
+from xcforge.ci import runners as runners_mod
 from xcforge.commands._drift import report_drift
 from xcforge.config.matrix import load_matrix
 from xcforge.paths import REPO_ROOT
@@ -19,8 +20,8 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
         "workflows",
         parents=[common],
         help="write .github/workflows/*.yml from matrix.yaml (--check: fail on drift)",
-        description="Generate the GitHub Actions workflows (ci.yml, release.yml) and .github/actionlint.yaml "
-        "from matrix.yaml. They are committed; CI runs `workflows --check`.",
+        description="Generate the GitHub Actions workflows (ci.yml, release.yml, target.yml) and "
+        ".github/actionlint.yaml from matrix.yaml. They are committed; CI runs `workflows --check`.",
     )
     workflows.add_argument("--check", action="store_true", help="change nothing; exit 4 if a committed file is stale")
     workflows.add_argument("--root", type=Path, default=REPO_ROOT, help=argparse.SUPPRESS)
@@ -107,7 +108,7 @@ def run_select_targets(args: argparse.Namespace) -> int:
     chosen = [n for n in chosen if n not in refused]
     _check_step_files()
     for name in matrix.targets:
-        ci.set_output(name, "true" if name in chosen else "false")
+        console.set_output(name, "true" if name in chosen else "false")
         print(f"{name}={'true' if name in chosen else 'false'}")
     for name, why in refused.items():
         print(f"{name}: refused, not released: {why}")
@@ -117,7 +118,7 @@ def run_select_targets(args: argparse.Namespace) -> int:
         summary += "\n\nrefused (matrix.yaml), not released:" + "".join(f"\n- {n}: {w}" for n, w in refused.items())
     if skipped:
         summary += f"\n\nnot selected (skipped): {', '.join(skipped)}"
-    ci.write_step_summary(summary + "\n")
+    console.write_step_summary(summary + "\n")
     return 0
 
 
@@ -131,10 +132,10 @@ def run_detect_runners(args: argparse.Namespace) -> int:
     runners = None
     if args.runners is not None:
         try:
-            runners = ci.parse_runners(args.runners.read_text(encoding="utf-8"))
+            runners = runners_mod.parse_runners(args.runners.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
             raise ConfigError(f"--runners {args.runners}: cannot read the runners list ({exc})") from None
     _check_step_files()
-    ci.report_runners(ci.detect_runners(labels, runners, args.declared.split(",")))
+    runners_mod.report_runners(runners_mod.detect_runners(labels, runners, args.declared.split(",")))
     sys.stdout.flush()
     return 0

@@ -66,7 +66,7 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     parser.add_argument(
         "--examples",
         action="store_true",
-        help="write deploy/examples/<target>.yaml and the generated section of docs/operators.md",
+        help="write deploy/examples/<target>.yaml, deploy/monitoring/ and the generated section of docs/operators.md",
     )
     parser.add_argument("--check", action="store_true", help="with --examples: change nothing, exit 4 on drift")
     parser.add_argument("--root", type=Path, default=REPO_ROOT, help=argparse.SUPPRESS)
@@ -204,6 +204,9 @@ def _argv_for_header(args: argparse.Namespace) -> list[str]:
 
 def _examples(args: argparse.Namespace, matrix) -> int:
     from xcforge.deploy.manifests import write_or_check_examples
+    from xcforge.deploy.monitoring import write_or_check_monitoring
 
     results = write_or_check_examples(matrix, args.root, check=args.check)
+    # deploy/monitoring/ is made from the same example objects (ServiceMonitor, rules, queue HPA, dashboards).
+    results += write_or_check_monitoring(matrix, args.root, check=args.check)
     return report_drift(results, what="operator examples", fix="python build.py deploy --examples", root=args.root)

@@ -33,8 +33,16 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     _add_audit(keygen)
     keygen.set_defaults(func=run_keygen)
 
-    sign = subparsers.add_parser("sign", parents=parents, help="sign IMAGE@DIGEST (digests only, never tags)")
-    sign.add_argument("image", metavar="IMAGE@DIGEST")
+    sign = subparsers.add_parser(
+        "sign", parents=parents, help="sign IMAGE@DIGEST, or a built --target (digests only, never tags)"
+    )
+    sign.add_argument("image", metavar="IMAGE@DIGEST", nargs="?")
+    sign.add_argument(
+        "--target",
+        help="sign what the last build recorded for this target (dist/report.json): the index, each platform "
+        "and its zstd variant's, with the SBOMs and provenance, as `build --sign` does",
+    )
+    sign.add_argument("--report", type=Path, default=Path("dist"), help="directory holding report.json (--target)")
     sign.add_argument("--sm2-key", type=Path, help=f"SM2 private key (or PEM in ${keys.SM2_KEY_ENV})")
     sign.add_argument("--cosign-key", type=Path, help=f"cosign private key (or PEM in ${keys.COSIGN_KEY_ENV})")
     sign.add_argument("--keyless", action="store_true", help="also sign keyless with Sigstore (CI OIDC token)")
@@ -254,11 +262,75 @@ def _annotations(pairs: list[str]) -> dict[str, str]:
     return out
 
 
+def _recorded(args: argparse.Namespace, command: str):
+    """(every record of the report, the one of --target) for `sign --target` and `verify --target`."""
+    from xcforge.report.results import load_results
+
+    results = load_results(args.report)
+    matches = [r for r in results if r.target == args.target]
+    if not matches or not matches[-1].digest:
+        raise ConfigError(
+            f"{command} --target {args.target}: no built digest in {args.report / 'report.json'}; build it first"
+        )
+    return results, matches[-1]
+
+
+def _sign_target(args: argparse.Namespace, signing_keys) -> int:
+    """`sign --target T`: the sign stage's own sign_recorded on the recorded result (gzip and zstd
+    digests alike), its signatures written back into the report."""
+    from ocicore.errors import XcforgeError
+    from xcforge.report.results import print_table, with_outcomes, write_reports
+    from xcforge.sign.stage import sign_recorded, signed_digests
+
+    if args.annotation or args.archive:
+        raise ConfigError(
+            "sign --target signs what the report records; --annotation and --archive go with IMAGE@DIGEST"
+        )
+    results, record = _recorded(args, "sign")
+    if record.error:
+        raise ConfigError(
+            f"sign --target {args.target}: its last build failed ({record.error.splitlines()[0]}); rebuild it first"
+        )
+    audit = _audit(args)
+    outcome = sign_recorded(record, signing_keys, audit)
+    if outcome.error:
+        error = XcforgeError(f"{args.target}: {outcome.error}")
+        error.exit_code = outcome.error_code or 7
+        raise error
+    [updated] = with_outcomes([record], signed=[outcome])
+    write_reports([updated if r is record else r for r in results], args.report)
+    print_table([updated])
+    for entry in outcome.signatures:
+        what = entry.get("attestation") or "image"
+        print(f"{entry.get('scheme')} {what} {record.image_repo}@{entry.get('digest')}: {entry.get('result')}")
+    print(f"{args.target}: {len(signed_digests(record))} digest(s) signed (index, platforms and variants)")
+    if audit is not None and signing_keys.sm2 is not None:
+        entry = audit.checkpoint(signing_keys.sm2)
+        print(f"audit checkpoint at entry {entry['seq']} (SM2 {signing_keys.sm2.public_key.short_id})")
+    return 0
+
+
 def run_sign(args: argparse.Namespace) -> int:
-    """The sign stage (xcforge.sign.stage.sign_subject) for one digest named on the command line."""
+    """The sign stage (xcforge.sign.stage.sign_subject) for one digest named on the command line,
+    or (--target) for everything the report records of a target."""
     from ocicore.registry import Reference
     from xcforge.sign.stage import SigningKeys, SignSubject, sign_subject
 
+    if bool(args.image) == bool(args.target):
+        raise ConfigError("sign: give IMAGE@DIGEST or --target NAME (one of them)")
+    if args.target:
+        signing_keys = SigningKeys(
+            sm2=keys.load_sm2_signing_key(args.sm2_key),
+            cosign=keys.load_cosign_signing_key(args.cosign_key),
+            sm2_dist_id=args.sm2_distid.encode("utf-8"),
+            keyless=args.keyless,
+        )
+        if not signing_keys.any_key and not args.keyless:
+            raise ConfigError(
+                f"sign: give --sm2-key and/or --cosign-key (or ${keys.SM2_KEY_ENV} / ${keys.COSIGN_KEY_ENV}), "
+                "or --keyless"
+            )
+        return _sign_target(args, signing_keys)
     ref = Reference.parse(args.image)
     if ref.digest is None:
         raise ConfigError(
@@ -312,29 +384,46 @@ def _statements(args: argparse.Namespace, ref) -> dict:
     return per_platform
 
 
-def _target_reference(args: argparse.Namespace) -> tuple[str, Path | None]:
-    """IMAGE@DIGEST (and archive, for archive output) of a target in the last build report."""
-    try:
-        from xcforge.report.results import load_results
-    except ImportError as exc:
-        raise ConfigError("verify --target needs the build report module; pass IMAGE@DIGEST instead") from exc
-    matches = [r for r in load_results(args.report) if r.target == args.target]
+def _target_reference(args: argparse.Namespace) -> tuple[str, Path | None, list[str]]:
+    """IMAGE@DIGEST (and archive, for archive output) of a target in the last build report, and
+    IMAGE@DIGEST of each variant published next to it (zstd)."""
+    matches = [r for r in _load_report(args.report) if r.target == args.target]
     if not matches or not matches[-1].digest:
         raise ConfigError(
             f"no built digest for target {args.target!r} in {args.report / 'report.json'}; build it first"
         )
     result = matches[-1]
     archive = Path(result.archive) if not result.output.pushes and result.archive else None
-    return f"{result.image_repo}@{result.digest}", archive
+    variants = [f"{result.image_repo}@{v['digest']}" for v in result.variants if v.get("digest")]
+    return f"{result.image_repo}@{result.digest}", archive, variants
+
+
+def _load_report(directory: Path):
+    try:
+        from xcforge.report.results import load_results
+    except ImportError as exc:
+        raise ConfigError("verify --target needs the build report module; pass IMAGE@DIGEST instead") from exc
+    return load_results(directory)
 
 
 def run_verify(args: argparse.Namespace) -> int:
+    if bool(args.image) == bool(args.target):
+        raise ConfigError("verify: give IMAGE@DIGEST or --target NAME (one of them)")
+    image, archive, variants = (args.image, args.archive, []) if args.image else _target_reference(args)
+    _verify_one(args, image, archive, attestations=None)
+    for variant in variants:
+        # A variant (the zstd image) is signed like the gzip one; its SBOM and provenance are the
+        # gzip platforms' (its manifests name them), so only its signatures are checked here.
+        _verify_one(args, variant, None, attestations=False)
+    return 0
+
+
+def _verify_one(args: argparse.Namespace, image: str, archive: Path | None, *, attestations: bool | None) -> None:
+    """Verify one IMAGE@DIGEST (or archive); VerificationFailed when it does not pass. `attestations`
+    overrides the flags' choice (False: signatures only)."""
     from ocicore.registry import Reference
     from signing.verify import verify_archive, verify_image
 
-    if bool(args.image) == bool(args.target):
-        raise ConfigError("verify: give IMAGE@DIGEST or --target NAME (one of them)")
-    image, archive = (args.image, args.archive) if args.image else _target_reference(args)
     ref = Reference.parse(image)
     if archive is not None and ref.digest is None:
         raise ConfigError("verify --archive needs IMAGE@DIGEST (the name and digest the archive was signed for)")
@@ -353,6 +442,8 @@ def run_verify(args: argparse.Namespace) -> int:
         "sm2_dist_id": args.sm2_distid.encode("utf-8"),
         "attestations": "require" if args.require_attestations else not args.no_attestations,
     }
+    if attestations is not None:
+        options["attestations"] = attestations
     try:
         if archive is not None:
             report = verify_archive(archive, ref.digest, ref.name, sm2_keys, cosign_keys, require, **options)
@@ -376,7 +467,6 @@ def run_verify(args: argparse.Namespace) -> int:
             more = f" (+{len(report.problems) - 1} more above)" if len(report.problems) > 1 else ""
             reasons.append(f"{report.problems[0]}{more}")
         raise VerificationFailed(f"{report.reference}: {'; '.join(reasons) or 'see above'}")
-    return 0
 
 
 def run_promote(args: argparse.Namespace) -> int:

@@ -132,6 +132,7 @@ EnvName = Annotated[str, _grammar(r"[A-Za-z_][A-Za-z0-9_]*", "an environment var
 NoProxy = Annotated[str, _grammar(r"[A-Za-z0-9.,:/*-]*", "a NO_PROXY list (hosts, domains, CIDRs joined by ,)")]
 OneLine = Annotated[str, _grammar(r"[^\x00-\x1f\x7f]*", "one line of text without control characters")]
 Requirement508 = Annotated[str, AfterValidator(_requirement)]
+PromName = Annotated[str, _grammar(r"[a-zA-Z_:][a-zA-Z0-9_:]*", "a Prometheus metric name")]
 
 
 class _Frozen(BaseModel):
@@ -404,6 +405,51 @@ class RuntimeEnvVar(_Frozen):
         return v
 
 
+class ExporterPods(_Frozen):
+    """Where a device exporter's pods are, for a PodMonitor: the vendor publishes a DaemonSet without a
+    Service (Ascend's npu-exporter), so Prometheus finds the pods by label and named container port."""
+
+    namespace: Annotated[str, _grammar(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", "a namespace (DNS label)")]
+    selector: dict[str, str] = Field(min_length=1)
+    port: Annotated[str, _grammar(r"[a-z0-9]([-a-z0-9]{0,13}[a-z0-9])?", "a named container port")]
+    path: AbsPath = "/metrics"
+
+
+class DeviceExporter(_Frozen):
+    """The accelerator vendor's own Prometheus exporter (a per-node DaemonSet the vendor publishes).
+
+    xcforge does not build or pin it: it names it, says how Prometheus finds it, and which of its metric
+    names the generated alert rules read (deploy/monitoring/, xcforge/deploy/monitoring.py). Each fact
+    carries its source in matrix.yaml. Either the vendor already ships a ServiceMonitor (`vendor_monitor`
+    says which) or xcforge writes a PodMonitor for the vendor's pods (`pods`), never both: two monitors
+    would scrape every device twice."""
+
+    name: Annotated[str, _grammar(r"[a-z0-9][a-z0-9-]{0,40}", "an exporter name (lower case, digits, '-')")]
+    source: OneLine
+    port_number: int = Field(ge=1, le=65535)
+    # Metric names by role (what the alert rules and docs read); only names the vendor's source defines.
+    metrics: dict[Literal["utilization", "memory_used", "temperature", "power", "health"], PromName] = Field(
+        min_length=1
+    )
+    # The value of metrics.health on a healthy device (alerts fire on anything else).
+    healthy_value: float | None = None
+    vendor_monitor: OneLine | None = None
+    pods: ExporterPods | None = None
+
+    @model_validator(mode="after")
+    def _one_way_to_scrape(self) -> DeviceExporter:
+        if (self.vendor_monitor is None) == (self.pods is None):
+            raise ValueError(
+                "device_exporter: give exactly one of vendor_monitor (the vendor ships a ServiceMonitor) "
+                "and pods (xcforge writes a PodMonitor)"
+            )
+        if ("health" in self.metrics) != (self.healthy_value is not None):
+            raise ValueError("device_exporter: metrics.health and healthy_value go together")
+        if "utilization" not in self.metrics:
+            raise ValueError("device_exporter: metrics.utilization is required (the exporter-absent alert reads it)")
+        return self
+
+
 class Runtime(_Frozen):
     """What an operator needs to run the image: the `docker run` contract."""
 
@@ -415,6 +461,8 @@ class Runtime(_Frozen):
     env: tuple[RuntimeEnvVar, ...] = ()
     docker_flags: tuple[str, ...] = ()
     k8s_resource: str | None = None
+    # The accelerator vendor's Prometheus exporter, where the vendor publishes one.
+    device_exporter: DeviceExporter | None = None
 
     @field_validator("shm_size")
     @classmethod

@@ -20,10 +20,11 @@ from rich.console import Console
 from rich.table import Table
 
 from ocicore.errors import ConfigError, SmokeFailed
+from xcforge import console
 from xcforge.build.result import BuildResult, PlatformResult
-from xcforge.ci import actions as ci
 
 if TYPE_CHECKING:
+    from xcforge.publish.zstd import PublishOutcome
     from xcforge.sign.stage import SignOutcome
     from xcforge.smoke.checks import SmokeOutcome
 
@@ -31,19 +32,32 @@ REPORT_SCHEMA = 1
 
 
 def with_outcomes(
-    builds: Iterable[BuildResult], signed: Iterable[SignOutcome] = (), smoked: Iterable[SmokeOutcome] = ()
+    builds: Iterable[BuildResult],
+    signed: Iterable[SignOutcome] = (),
+    smoked: Iterable[SmokeOutcome] = (),
+    published: Iterable[PublishOutcome] = (),
 ) -> list[BuildResult]:
-    """The report's records: each build record with its target's sign and smoke outcomes. New
-    records; the build stage's own are left as they were.
+    """The report's records: each build record with its target's publish, sign and smoke
+    outcomes. New records; the build stage's own are left as they were.
 
     The first error stands (a target whose signing failed is not smoke-tested). A smoke error is
-    the verdict of the last smoke run, so a later passing `smoke` clears an earlier one.
+    the verdict of the last smoke run, so a later passing `smoke` clears an earlier one. A
+    published variant replaces the record's earlier one of the same compression.
     """
     by_sign = {o.target: o for o in signed}
     by_smoke = {o.target: o for o in smoked}
+    by_publish = {o.target: o for o in published}
     records = []
     for build in builds:
         record = copy.deepcopy(build)
+        publish = by_publish.get(build.target)
+        if publish is not None:
+            replaced = {v.get("compression") for v in publish.variants}
+            kept = [v for v in record.variants if v.get("compression") not in replaced]
+            record.variants = kept + [copy.deepcopy(v) for v in publish.variants]
+            record.notes = [*record.notes, *publish.notes]
+            if publish.error and not record.error:
+                record.error, record.error_code = publish.error, publish.error_code
         sign = by_sign.get(build.target)
         if sign is not None:
             record.signatures = [*record.signatures, *sign.signatures]
@@ -87,6 +101,16 @@ def _verified_cell(result: BuildResult) -> str:
     return "<br>".join(f"{v['platform'].split('/')[-1]}: {v['level']}" for v in result.verification) or "-"
 
 
+def _variant_sizes(variant: dict, sep: str) -> str:
+    """`amd64: 1.2 GiB → 1.0 GiB (0.83)` per platform: the gzip image's compressed size → the variant's."""
+    cells = []
+    for p in variant.get("platforms", []):
+        gzip, other = p.get("gzip_bytes"), p.get("compressed_bytes")
+        ratio = f" ({other / gzip:.2f})" if gzip and other else ""
+        cells.append(f"{p.get('platform', '?').split('/')[-1]}: {format_bytes(gzip)} → {format_bytes(other)}{ratio}")
+    return sep.join(cells) or "-"
+
+
 def markdown(results: list[BuildResult]) -> str:
     lines = [
         "## xcforge build report",
@@ -117,6 +141,16 @@ def markdown(results: list[BuildResult]) -> str:
         for t, p in built_where:
             how = "native" if p.native else "emulated (QEMU)" if p.native is False else "-"
             lines.append(f"| {t} | {p.platform} | {p.builder} | {how} |")
+    variants = [(r, v) for r in results for v in r.variants]
+    if variants:
+        lines += ["", "### Compression variants", "", "| target | compression | tags | digest | size per platform |"]
+        lines.append("|---|---|---|---|---|")
+        for r, v in variants:
+            tags = "<br>".join(f"`{ref.rpartition(':')[2]}`" for ref in v.get("refs", [])) or "-"
+            lines.append(
+                f"| {r.target} | {v.get('compression')} | {tags} | `{str(v.get('digest', ''))[:19]}…` | "
+                f"{_variant_sizes(v, '<br>')} |"
+            )
     notes = [(r.target, n) for r in results for n in r.notes]
     if notes:
         lines += ["", "### Notes", ""]
@@ -168,6 +202,14 @@ def print_table(results: list[BuildResult], stream=None) -> None:
         )
     console.print(table)
     for r in results:
+        for v in r.variants:
+            tags = ", ".join(ref.rpartition(":")[2] for ref in v.get("refs", [])) or "untagged"
+            console.print(
+                f"{r.target} {v.get('compression')} variant ({tags}): {r.image_repo}@{v.get('digest')}; "
+                f"{_variant_sizes(v, ', ')}",
+                highlight=False,
+            )
+    for r in results:
         if r.error:
             console.print(f"[red]{r.target}[/red]: {r.error}", highlight=False)
 
@@ -182,7 +224,7 @@ def write_reports(results: list[BuildResult], dist: Path) -> tuple[Path, Path]:
     tmp.replace(json_path)
     text = markdown(results)
     md_path.write_text(text, encoding="utf-8")
-    ci.write_step_summary(text)
+    console.write_step_summary(text)
     return json_path, md_path
 
 

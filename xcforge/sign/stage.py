@@ -1,7 +1,8 @@
 """Build results → signatures: the arrow between the builder and signing/.
 
 Runs only after every target built and pushed; signs the index digest and each platform manifest
-digest (never a tag), records the signatures in the build report and every step in the audit log.
+digest (never a tag), and the same of every published variant (the zstd index and its platform
+manifests, xcforge/publish/zstd.py), records the signatures in the build report and every step in the audit log.
 signing/ stays ignorant of builds: this module hands it a repository and a digest.
 """
 
@@ -36,6 +37,26 @@ def record_builds(results: list[BuildResult], dist: Path) -> None:
             result=result.status if not result.error else f"error: {result.error[:200]}",
             details={"target": result.target, "revision": result.revision, "fingerprint": result.fingerprint or ""},
         )
+    record_variants(results, dist, log)
+
+
+def record_variants(results: list[BuildResult], dist: Path, log: AuditLog | None = None) -> None:
+    """One audit entry per published variant (the zstd image written next to the gzip one)."""
+    log = log or audit_log(dist)
+    for result in results:
+        for variant in result.variants:
+            log.record(
+                "push",
+                digest=variant["digest"],
+                subject=f"{result.image_repo}@{variant['digest']}",
+                result="published",
+                details={
+                    "target": result.target,
+                    "compression": variant.get("compression", ""),
+                    "source_digest": variant.get("source_digest", ""),
+                    "tags": ",".join(variant.get("refs", [])),
+                },
+            )
 
 
 @dataclass(frozen=True)
@@ -117,10 +138,21 @@ def _as_report_entry(record) -> dict:
     return entry
 
 
+def signed_digests(result: BuildResult) -> list[str]:
+    """What the sign stage signs for a pushed result: the index, each platform manifest, then the
+    same of each published variant (zstd). Its SBOM and provenance are attested for the gzip
+    platform manifests only: their statements name those digests, and each variant manifest names
+    its gzip source (io.xcforge.zstd.variant-of)."""
+    digests = [result.digest] + [p.digest for p in result.platforms]
+    for variant in result.variants:
+        digests += [variant.get("digest")] + [p.get("digest") for p in variant.get("platforms", [])]
+    return [d for d in dict.fromkeys(digests) if d]
+
+
 def _build_subject(result: BuildResult) -> SignSubject:
     from xcforge.attest.attestations import statements
 
-    digests = [result.digest] + [p.digest for p in result.platforms if p.digest and p.digest != result.digest]
+    digests = signed_digests(result)
     return SignSubject(
         repository=result.image_repo,
         digests=[d for d in digests if d],
@@ -154,25 +186,37 @@ def sign_results(results: list[BuildResult], request) -> list[SignOutcome]:
     if not keys.any_key and not keys.keyless:
         raise ConfigError("--sign needs --sm2-key and/or --cosign-key (or $XCFORGE_SM2_KEY / $XCFORGE_COSIGN_KEY)")
     audit = audit_log(request.options.dist_dir)
-    outcomes = []
-    for result in results:
-        if result.error or not result.digest:
-            continue
-        notes = []
-        if keys.any_key and not result.attestations:
-            notes.append("no SBOM/provenance recorded for this build (rebuild with --force to attest it)")
-        signatures: list[dict[str, Any]] = []
-        error, error_code = None, 0
-        try:
-            for record in sign_subject(_build_subject(result), keys, audit):
-                entry = _as_report_entry(record)
-                entry.setdefault("digest", result.digest)
-                signatures.append(entry)
-        except XcforgeError as exc:
-            error, error_code = f"signing failed: {exc.message}", exc.exit_code
-            print(f"error: {result.target}: {error}", file=sys.stderr)
-        outcomes.append(SignOutcome(result.target, tuple(signatures), tuple(notes), error, error_code))
-    return outcomes
+    return [sign_recorded(result, keys, audit) for result in results if not result.error and result.digest]
 
 
-__all__ = ["SignOutcome", "SignSubject", "SigningKeys", "audit_log", "record_builds", "sign_results", "sign_subject"]
+def sign_recorded(result: BuildResult, keys: SigningKeys, audit) -> SignOutcome:
+    """Sign one build record's digests (signed_digests) and attest its SBOMs and provenance: the
+    pipeline's sign stage, and `sign --target` on a recorded result."""
+    notes = []
+    if keys.any_key and not result.attestations:
+        notes.append("no SBOM/provenance recorded for this build (rebuild with --force to attest it)")
+    signatures: list[dict[str, Any]] = []
+    error, error_code = None, 0
+    try:
+        for record in sign_subject(_build_subject(result), keys, audit):
+            entry = _as_report_entry(record)
+            entry.setdefault("digest", result.digest)
+            signatures.append(entry)
+    except XcforgeError as exc:
+        error, error_code = f"signing failed: {exc.message}", exc.exit_code
+        print(f"error: {result.target}: {error}", file=sys.stderr)
+    return SignOutcome(result.target, tuple(signatures), tuple(notes), error, error_code)
+
+
+__all__ = [
+    "SignOutcome",
+    "SignSubject",
+    "SigningKeys",
+    "audit_log",
+    "record_builds",
+    "record_variants",
+    "sign_recorded",
+    "sign_results",
+    "sign_subject",
+    "signed_digests",
+]

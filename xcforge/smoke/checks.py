@@ -30,6 +30,7 @@ from typing import Any
 from ocicore import layout, registry
 from ocicore.errors import SmokeFailed
 from xcforge.config.matrix import Target
+from xcforge.console import say
 from xcforge.paths import REPO_ROOT
 from xcforge.shell import run
 from xcforge.smoke import containers
@@ -86,7 +87,7 @@ def device_flags(target: Target, root: Path = Path("/")) -> tuple[str, ...]:
 
 
 def _say(message: str) -> None:
-    print(f"[smoke] {message}", file=sys.stderr, flush=True)
+    say(message, prefix="smoke")
 
 
 # --------------------------------------------------------------------------- metadata

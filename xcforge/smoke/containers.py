@@ -15,7 +15,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
 from ocicore.errors import ConfigError, EnvironmentProblem
-from xcforge.shell import DOCKER, echo, run
+from xcforge.console import echo
+from xcforge.shell import DOCKER, run
 
 REMEDY = "run `sudo scripts/provision.sh` (installs and starts the Docker engine)"
 

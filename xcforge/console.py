@@ -1,6 +1,12 @@
-"""GitHub Actions integration: log groups, annotations, step summary, masks, step outputs.
+"""What xcforge prints while it works, in one place: progress lines, echoed commands, and GitHub
+Actions' workflow commands (log groups, annotations, step summary, masks, step outputs).
 
-Everything here degrades to plain text outside Actions, so the rest of xcforge calls it
+Progress (`say`) and echoed commands (`echo`, every external command before it runs) go to
+stderr, one whole line at a time under one lock, so lines from the threads that watch parallel
+bakes never interleave; the live bake lines (xcforge/build/buildx.py) draw under the same lock.
+Results go to stdout (the CLI and report stage), not through here.
+
+The Actions half degrades to plain text outside Actions, so the rest of xcforge calls it
 unconditionally. Workflow commands are written to stdout (the runner reads commands from both
 streams; stdout keeps them in order with our own output), after flushing stderr so an echoed
 `+ docker ...` line is not overtaken by the group that contains it.
@@ -10,22 +16,20 @@ are escaped; in a property value (`file=`, `title=`) also `:` and `,`, which wou
 the property. Without it, a message with a newline would be cut at the first line and a path with
 a comma would silently lose the annotation's location.
 
-`python -m xcforge.ci.actions detect-runners ...` runs with the standard library alone, so a workflow
-job can call it before installing xcforge's dependencies (release.yml's detect-runners job).
+Standard library only: `python -m xcforge.ci.runners` imports it before xcforge's dependencies
+are installed (release.yml's detect-runners job).
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import json
 import os
+import shlex
 import sys
+import threading
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from pathlib import Path
-from typing import IO, Any
+from collections.abc import Iterator, Mapping, Sequence
+from typing import IO
 
 # GitHub does not nest log groups: an inner ::group:: would close the outer one. Inner groups are
 # printed as plain headings inside the outer group instead.
@@ -185,125 +189,43 @@ def set_output(name: str, value: str, env: Mapping[str, str] | None = None) -> b
     return True
 
 
-# --------------------------------------------------------------------------- self-hosted runners
+# --------------------------------------------------------------------------- progress and echoed commands
+
+# One lock for every line xcforge writes to the terminal (and the live bake lines' redraws).
+output_lock = threading.Lock()
 
 
-@dataclass(frozen=True)
-class RunnerAvailability:
-    """Whether jobs with `runs-on: [self-hosted, <label>]` can run in this repository now."""
-
-    label: str
-    available: bool
-    reason: str
-
-    def summary_line(self) -> str:
-        if self.available:
-            return f"- `{self.label}`: {self.reason}"
-        return f"- `{self.label}`: skipped: {self.reason}"
+def say(message: str, *, prefix: str | None = None) -> None:
+    """One progress line on stderr; `prefix` names the stage (`[smoke] ...`)."""
+    with output_lock:
+        print(f"[{prefix}] {message}" if prefix else message, file=sys.stderr, flush=True)
 
 
-def parse_runners(text: str) -> list[dict[str, Any]]:
-    """Runners from `gh api .../actions/runners`: the response object, a list, or one JSON object a line
-    (`gh api --paginate --jq '.runners[]'`)."""
-    text = text.strip()
-    if not text:
-        return []
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError:
-        data = [json.loads(line) for line in text.splitlines() if line.strip()]
-    if isinstance(data, dict):
-        data = data.get("runners", [data] if "labels" in data else [])
-    if not isinstance(data, list):
-        raise ValueError("expected a list of runners or an object with 'runners'")
-    return [r for r in data if isinstance(r, dict)]
+_SECRET_MARKERS = ("password", "token", "secret")
 
 
-def _labels_of(runner: Mapping[str, Any]) -> set[str]:
-    out = set()
-    for label in runner.get("labels") or ():
-        name = label.get("name") if isinstance(label, Mapping) else label
-        if isinstance(name, str):
-            out.add(name.lower())
-    return out
-
-
-def detect_runners(
-    labels: Iterable[str],
-    runners: Sequence[Mapping[str, Any]] | None,
-    declared: Iterable[str] = (),
-) -> list[RunnerAvailability]:
-    """For each label: is a self-hosted runner with it registered and online?
-
-    `runners` None means the API could not be asked (no token): nothing is available unless the
-    label is `declared` (the XCFORGE_SELF_HOSTED_LABELS variable, for organisation-level runners,
-    which the repository's runners API does not list).
-    """
-    declared_set = {d.strip().lower() for d in declared if d.strip()}
-    out = []
-    for label in labels:
-        key = label.lower()
-        if key in declared_set:
-            out.append(RunnerAvailability(label, True, "declared in XCFORGE_SELF_HOSTED_LABELS"))
+def shell_line(argv: Sequence[str]) -> str:
+    """Quote argv for the echo line; values of secret-looking flags are masked."""
+    shown: list[str] = []
+    mask_next = False
+    for arg in argv:
+        if mask_next:
+            shown.append("***")
+            mask_next = False
             continue
-        if runners is None:
-            out.append(
-                RunnerAvailability(
-                    label,
-                    False,
-                    f"no self-hosted {label} runner registered (RUNNERS_TOKEN secret not set, so none could be "
-                    "looked up; set it or list the label in the XCFORGE_SELF_HOSTED_LABELS variable)",
-                )
-            )
+        lowered = arg.lower()
+        if lowered.startswith("--") and any(m in lowered for m in _SECRET_MARKERS):
+            if "=" in arg:
+                shown.append(arg.split("=", 1)[0] + "=***")
+            else:
+                shown.append(arg)
+                mask_next = True
             continue
-        matching = [r for r in runners if {"self-hosted", key} <= _labels_of(r)]
-        online = [r for r in matching if str(r.get("status", "")).lower() == "online"]
-        if online:
-            names = ", ".join(sorted(str(r.get("name", "?")) for r in online))
-            out.append(RunnerAvailability(label, True, f"{len(online)} online ({names})"))
-        elif matching:
-            out.append(
-                RunnerAvailability(label, False, f"self-hosted {label} runner registered but offline ({len(matching)})")
-            )
-        else:
-            out.append(RunnerAvailability(label, False, f"no self-hosted {label} runner registered"))
-    return out
+        shown.append(arg)
+    return shlex.join(shown)
 
 
-def report_runners(results: Sequence[RunnerAvailability], env: Mapping[str, str] | None = None) -> None:
-    """Step outputs `<label>=true|false`, a step-summary section, and the same lines in the log."""
-    lines = ["### Self-hosted hardware runners", ""] + [r.summary_line() for r in results]
-    for result in results:
-        set_output(result.label, "true" if result.available else "false", env)
-        if not result.available:
-            # A skipped hardware job should be visible on the run page, not only in this job's log.
-            notice(f"hardware jobs for [self-hosted, {result.label}] skipped: {result.reason}")
-    write_step_summary("\n".join(lines) + "\n", env)
-    for line in lines[2:]:
-        print(line.removeprefix("- "))
-
-
-def _main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m xcforge.ci.actions")
-    sub = parser.add_subparsers(dest="command", required=True)
-    detect = sub.add_parser("detect-runners", help="which self-hosted runner labels can run jobs now")
-    detect.add_argument("--labels", required=True, help="comma-separated runner labels, e.g. gpu,ascend,mlu,arm64")
-    source = detect.add_mutually_exclusive_group(required=True)
-    source.add_argument("--runners", type=Path, help="JSON from `gh api repos/OWNER/REPO/actions/runners`")
-    source.add_argument("--no-token", action="store_true", help="the runners API could not be asked")
-    detect.add_argument("--declared", default="", help="labels known to exist (comma-separated)")
-    args = parser.parse_args(argv)
-    labels = [x.strip() for x in args.labels.split(",") if x.strip()]
-    runners = None
-    if args.runners is not None:
-        try:
-            runners = parse_runners(args.runners.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            print(f"error: {args.runners}: cannot read runners ({exc})", file=sys.stderr)
-            return 2
-    report_runners(detect_runners(labels, runners, args.declared.split(",")))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(_main())
+def echo(argv: Sequence[str], stream=None) -> None:
+    """The command about to run, as a shell line (the house rule: every external command is echoed)."""
+    with output_lock:
+        print(f"+ {shell_line(argv)}", file=stream or sys.stderr, flush=True)

@@ -1,0 +1,329 @@
+"""zstd benchmark: a pushed image and its zstd variant side by side (issue 21).
+
+    .venv/bin/python bench/bench_zstd.py [--target cpu] [--dist dist] [--rounds 2] [--publish]
+
+Reads the target's record from dist/report.json, written by a pushed build
+(`build.py --target cpu --registry 127.0.0.1:5000/xcforge --push`, with `--zstd` or followed by
+`build.py zstd --target cpu`: the record then carries the variant; `--publish` runs `build.py
+zstd` first). Nothing is built here. Measures:
+
+1. size: per platform, the compressed bytes of config + layers of the gzip image and of the zstd
+   variant, read from the registry's manifests;
+2. pull → /health, on this machine's platform, for each variant, --rounds times in alternating
+   order (gzip first, then zstd first, ...): every local image of the repository is removed first
+   (`docker image rm -f`, then `docker image prune -f`: with the containerd image store a layer
+   whose snapshot is still unpacked is not fetched again, and the gzip and zstd variants share
+   their snapshots, which are keyed by the uncompressed diff_ids), then `docker pull
+   --platform P REPO@DIGEST` is timed, then `docker run` → `/health` 200 with xcforge.smoke.checks's
+   own `served` and `wait_healthy`, as bench_serve.py does (the tiny random model; wait_healthy
+   polls every 2 s, so that part is up to 2 s late). Layers the image shares with other local
+   images (its base's) can stay unpacked; `docker_images_before` in the JSON says what was there;
+3. ratios zstd / gzip: size per platform, the pull, and pull → /health.
+
+Every container is removed (served() does `docker rm -f`). Prints Markdown tables; writes
+`zstd.json` in bench/results/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import platform as platform_module
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from _common import (
+    REPO,
+    fmt_bytes,
+    fmt_time,
+    load_note,
+    log,
+    markdown_table,
+    measuring,
+    write_results,
+)
+
+from ocicore import registry
+from xcforge.build.docker_env import check_docker
+from xcforge.config.matrix import load_matrix
+from xcforge.smoke.checks import SmokeSubject, model_for, served, tiny_model, wait_healthy
+
+UPSTREAM = {  # vLLM's own figures for its gzip and zstd images (issue 21)
+    "size_gb": {"gzip": 8.66, "zstd": 7.00},
+    "pull_to_first_answer_s": {"gzip": 144.5, "zstd": 118.0},
+}
+
+
+# --------------------------------------------------------------------------- the images
+
+
+def recorded(target: str, dist: Path, publish: bool) -> dict:
+    """The target's record in dist/report.json, with its zstd variant (published first if asked)."""
+    if publish:
+        cmd = [sys.executable, str(REPO / "build.py"), "zstd", "--target", target, "--dist", str(dist)]
+        log("publishing the zstd variant: " + " ".join(cmd[1:]))
+        proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise SystemExit(
+                f"build.py zstd failed (exit {proc.returncode}):\n" + "\n".join(proc.stderr.splitlines()[-20:])
+            )
+    path = dist / "report.json"
+    if not path.exists():
+        raise SystemExit(
+            f"{path}: no report; build and push first: build.py --target {target} --registry R --push --zstd"
+        )
+    record = next((r for r in json.loads(path.read_text())["results"] if r["target"] == target), None)
+    if record is None or not record.get("digest") or record.get("output") != "push":
+        raise SystemExit(
+            f"{path}: no pushed build of {target}; run build.py --target {target} --registry R --push --zstd"
+        )
+    if not any(v.get("compression") == "zstd" for v in record.get("variants", [])):
+        raise SystemExit(
+            f"{path}: {target} has no zstd variant; run build.py zstd --target {target} (or pass --publish)"
+        )
+    return record
+
+
+def images(record: dict) -> dict[str, str]:
+    """compression → REPO@DIGEST."""
+    zstd = next(v for v in record["variants"] if v.get("compression") == "zstd")
+    return {"gzip": f"{record['image_repo']}@{record['digest']}", "zstd": f"{record['image_repo']}@{zstd['digest']}"}
+
+
+def sizes(refs: dict[str, str]) -> dict[str, dict[str, int]]:
+    """platform → compression → compressed bytes (config + layers), from the registry."""
+    out: dict[str, dict[str, int]] = {}
+    for compression, ref in refs.items():
+        repo, digest = ref.split("@", 1)
+        for platform, (_digest, size) in registry.registry_platforms(repo, digest).items():
+            out.setdefault(platform, {})[compression] = size
+    return out
+
+
+# --------------------------------------------------------------------------- fetch + decompress
+
+
+class _Inflate:
+    """A writable sink that decompresses what it is given and counts the plain bytes."""
+
+    def __init__(self, compression: str) -> None:
+        import zlib
+
+        import zstandard
+
+        self.plain, self._gzip = 0, compression != "zstd"
+        if compression == "zstd":
+            self._z = zstandard.ZstdDecompressor().decompressobj(read_across_frames=True)  # one frame per worker chunk
+        else:
+            self._z = zlib.decompressobj(16 + zlib.MAX_WBITS)  # gzip framing
+
+    def write(self, chunk: bytes) -> int:
+        if self._gzip:
+            # Bounded output per call: zlib's unbounded decompress grows one buffer to the whole
+            # chunk's inflated size by reallocation, 20x slower here than `gzip -dc` (136 s vs 7 s).
+            data = chunk
+            while data:
+                self.plain += len(self._z.decompress(data, 1 << 20))
+                data = self._z.unconsumed_tail
+        else:
+            self.plain += len(self._z.decompress(chunk))
+        return len(chunk)
+
+
+def fetch_and_decompress(refs: dict[str, str], platform: str, rounds: int) -> dict[str, object]:
+    """What a cold pull must do before unpacking, measured in-process: every layer of one platform
+    fetched from the registry (digest checked) and decompressed, gzip by zlib, zstd by zstandard.
+
+    The engine's own `docker pull` cannot be timed cold here: the containerd store keeps the
+    layers' unpacked snapshots (keyed by diff_id, shared by both variants and by the build's own
+    loaded image) and skips the fetch, so it reports well under a second for either variant."""
+    out: dict[str, list[float]] = {"gzip": [], "zstd": []}
+    plain: dict[str, int] = {}
+    for n in range(rounds):
+        for compression in ("gzip", "zstd") if n % 2 == 0 else ("zstd", "gzip"):
+            repo, digest = refs[compression].split("@", 1)
+            ref = registry.Reference.parse(f"{repo}@{digest}")
+            client = registry.RegistryClient(ref.registry)
+            platforms = registry.registry_platforms(repo, digest)
+            manifest = registry.raw(f"{repo}@{platforms[platform][0]}")
+            started, inflated = time.perf_counter(), 0
+            for layer in manifest["layers"]:
+                sink = _Inflate(compression)  # one stream per layer, as the engine unpacks them
+                client.download_blob(ref.repository, layer["digest"], sink)
+                inflated += sink.plain
+            out[compression].append(time.perf_counter() - started)
+            plain[compression] = inflated
+            log(f"round {n + 1} {compression}: fetch + decompress {out[compression][-1]:.1f} s")
+    if plain["gzip"] != plain["zstd"]:
+        raise SystemExit(f"the variants' layers decompress to different sizes: {plain}")
+    median = {c: statistics.median(v) for c, v in out.items()}
+    return {"platform": platform, "runs": out, "median": median, "plain_bytes": plain["gzip"],
+            "ratio": median["zstd"] / median["gzip"]}  # fmt: skip
+
+
+# --------------------------------------------------------------------------- pull → /health
+
+
+def _docker(*args: str, check: bool = False) -> subprocess.CompletedProcess:
+    return subprocess.run(["docker", *args], capture_output=True, text=True, check=check)
+
+
+def forget_local(repo: str) -> list[str]:
+    """Remove every local image of `repo` (both variants), then dangling ones; what was there before."""
+    listed = _docker("images", "--digests", "--format", "{{.Repository}}:{{.Tag}} {{.Digest}} {{.ID}}", repo).stdout
+    before = [line for line in listed.splitlines() if line.strip()]
+    ids = sorted({line.split()[-1] for line in before})
+    if ids:
+        _docker("image", "rm", "-f", *ids)
+    _docker("image", "prune", "-f")
+    return before
+
+
+def pull_and_serve(ref: str, subject: SmokeSubject, model: Path, env: dict[str, str]) -> dict[str, object]:
+    repo = ref.split("@", 1)[0]
+    before = forget_local(repo)
+    present = _docker("image", "inspect", ref).returncode == 0
+    started = time.perf_counter()
+    _docker("pull", "--platform", subject.native_platform, "--quiet", ref, check=True)
+    pulled = time.perf_counter()
+    with served(subject, model, extra_env=env) as container:
+        ok, detail = wait_healthy(container)
+    healthy = time.perf_counter()
+    if not ok:
+        raise SystemExit(f"{ref} did not become healthy: {detail}")
+    return {
+        "docker_images_before": before,
+        "present_after_rm": present,
+        "pull_s": pulled - started,
+        "run_to_health_s": healthy - pulled,
+        "pull_to_health_s": healthy - started,
+    }
+
+
+def measure(refs: dict[str, str], target_name: str, rounds: int, phases: list[dict], wait_s: float) -> dict:
+    native = check_docker().native_platform
+    target = load_matrix(REPO / "matrix.yaml").target(target_name)
+    env = {"VLLM_CPU_KVCACHE_SPACE": "1"} if target.backend == "cpu" else {}  # what the serve smoke test gives it
+    runs: dict[str, list[dict[str, object]]] = {"gzip": [], "zstd": []}
+    with tiny_model() as tiny:
+        for i in range(rounds):
+            order = ("gzip", "zstd") if i % 2 == 0 else ("zstd", "gzip")
+            for compression in order:
+                subject = SmokeSubject(
+                    target=target, ref=refs[compression], platforms=(native,), native_platform=native
+                )
+                with contextlib.ExitStack() as stack:
+                    model = stack.enter_context(model_for(subject, tiny, native))
+                    with measuring(phases, f"round {i + 1}: {compression}", limit_s=wait_s):
+                        run = pull_and_serve(refs[compression], subject, model, env)
+                run["round"] = i + 1
+                runs[compression].append(run)
+                log(
+                    f"round {i + 1} {compression}: pull {run['pull_s']:.1f} s, run → /health "
+                    f"{run['run_to_health_s']:.1f} s, total {run['pull_to_health_s']:.1f} s"
+                )
+    forget_local(refs["gzip"].split("@", 1)[0])
+    median = {
+        c: {k: statistics.median(r[k] for r in rs) for k in ("pull_s", "run_to_health_s", "pull_to_health_s")}
+        for c, rs in runs.items()
+    }
+    return {"platform": native, "runs": runs, "median": median}
+
+
+# --------------------------------------------------------------------------- output
+
+
+def _ratio(zstd: float | None, gzip: float | None) -> float | None:
+    return zstd / gzip if zstd and gzip else None
+
+
+def ratios(size: dict[str, dict[str, int]], timing: dict | None) -> dict[str, object]:
+    out: dict[str, object] = {"size": {p: _ratio(s.get("zstd"), s.get("gzip")) for p, s in size.items()}}
+    if timing:
+        median = timing["median"]
+        for key in ("pull_s", "run_to_health_s", "pull_to_health_s"):
+            out[key] = _ratio(median["zstd"][key], median["gzip"][key])
+    return out
+
+
+def render(res: dict[str, object]) -> str:
+    size, ratio = res["size"], res["ratios"]
+    size_rows = [
+        [p, fmt_bytes(s.get("gzip")), fmt_bytes(s.get("zstd")), f"{ratio['size'][p]:.3f}" if ratio["size"][p] else "-"]
+        for p, s in sorted(size.items())
+    ]
+    up = UPSTREAM
+    size_rows.append(["vLLM upstream", f"{up['size_gb']['gzip']} GB", f"{up['size_gb']['zstd']} GB",
+                      f"{up['size_gb']['zstd'] / up['size_gb']['gzip']:.3f}"])  # fmt: skip
+    parts = [markdown_table(["platform", "gzip", "zstd", "zstd / gzip"], size_rows)]
+    timing = res.get("timing")
+    if timing:
+        median = timing["median"]
+        rows = [
+            [
+                label,
+                fmt_time(median["gzip"][key]),
+                fmt_time(median["zstd"][key]),
+                f"{ratio[key]:.3f}" if ratio.get(key) else "-",
+            ]
+            for key, label in (
+                ("pull_s", "`docker pull`"),
+                ("run_to_health_s", "`docker run` → /health 200"),
+                ("pull_to_health_s", "pull → /health 200"),
+            )
+        ]
+        pull_up = up["pull_to_first_answer_s"]
+        rows.append(["vLLM upstream: pull → first answer", f"{pull_up['gzip']} s", f"{pull_up['zstd']} s",
+                     f"{pull_up['zstd'] / pull_up['gzip']:.3f}"])  # fmt: skip
+        rounds = len(timing["runs"]["gzip"])
+        parts.append(f"{timing['platform']}, median of {rounds} round(s):\n\n" + markdown_table(
+            ["", "gzip", "zstd", "zstd / gzip"], rows))  # fmt: skip
+    fetch = res.get("fetch_decompress")
+    if fetch:
+        median = fetch["median"]
+        parts.append(
+            f"{fetch['platform']}, every layer fetched from the registry and decompressed "
+            f"({fmt_bytes(fetch['plain_bytes'])} of tar), median of {len(fetch['runs']['gzip'])}:\n\n"
+            + markdown_table(
+                ["", "gzip", "zstd", "zstd / gzip"],
+                [["fetch + decompress", fmt_time(median["gzip"]), fmt_time(median["zstd"]), f"{fetch['ratio']:.3f}"]],
+            )
+        )
+    head = f"`{res['images']['gzip']}` (gzip) and `{res['images']['zstd']}` (zstd)"
+    return head + "\n\n" + "\n\n".join(parts)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--target", default="cpu", help="the target whose pushed build to measure (default cpu)")
+    parser.add_argument("--dist", type=Path, default=REPO / "dist", help="directory holding report.json")
+    parser.add_argument("--rounds", type=int, default=2, help="pull → /health rounds per variant (order alternates)")
+    parser.add_argument("--publish", action="store_true", help="run `build.py zstd --target T` first")
+    parser.add_argument("--sizes-only", action="store_true", help="compare sizes only: no pull, no container")
+    parser.add_argument("--wait-minutes", type=float, default=20, help="wait this long for a quiet machine (0: no)")
+    args = parser.parse_args(argv)
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
+
+    phases: list[dict] = []
+    record = recorded(args.target, args.dist, args.publish)
+    refs = images(record)
+    size = sizes(refs)
+    timing = None if args.sizes_only else measure(refs, args.target, args.rounds, phases, args.wait_minutes * 60)
+    native = "linux/arm64" if platform_module.machine() in ("aarch64", "arm64") else "linux/amd64"
+    fetch = fetch_and_decompress(refs, native, max(args.rounds, 3))
+    result = {"target": args.target, "images": refs, "size": size, "fetch_decompress": fetch, "timing": timing,
+              "upstream": UPSTREAM}  # fmt: skip
+    result["ratios"] = ratios(size, timing)
+    print(f"## bench_zstd ({load_note(phases)})\n\n{render(result)}\n")
+    parameters = {**vars(args), "dist": str(args.dist)}
+    write_results("zstd", {"parameters": parameters, "phases": phases, "results": result})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
