@@ -25,6 +25,7 @@ import requests
 import yaml
 
 from tests.builds.conftest import REGISTRY, REPO, SITE, cli, manifest, registry_get
+from tests.transfer.conftest import write_keys
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -173,23 +174,6 @@ def _registry_in_namespace(namespace: str, work: Path):
         proc.wait(timeout=30)
 
 
-def _keys(folder: Path) -> dict[str, str]:
-    """Unencrypted SM2 and cosign key pairs as files (tests only)."""
-    from signing.cosign_keys import CosignPrivateKey
-    from signing.sm2_keys import Sm2PrivateKey
-
-    sm2, cosign = Sm2PrivateKey.generate(), CosignPrivateKey.generate()
-    files = {
-        "sm2.key": sm2.to_pem(None),
-        "sm2.pub": sm2.public_key.to_pem(),
-        "cosign.key": cosign.to_cosign_pem(""),
-        "cosign.pub": cosign.public_key.to_pem(),
-    }
-    for name, data in files.items():
-        (folder / name).write_bytes(data)
-    return {name: str(folder / name) for name in files}
-
-
 def _serve_on_second_engine(docker: list[str], image: str, model: Path, name: str) -> str:
     """`docker run` the image on the second engine, published on its namespace address; its URL."""
     flags = ["-p", f"{AIRGAP_NODE_IP}:18000:8000", "--shm-size", "1g", "-m", "6g", "--cpus", "2"]
@@ -220,12 +204,12 @@ def test_airgap_bundle_imported_on_a_second_engine_verifies_and_serves(cpu_build
     namespace (scripts/second-engine.sh), verify the image there, serve a model from there."""
     from xcforge.smoke.checks import tiny_model
 
-    keys = _keys(tmp_path)
+    keys = write_keys(tmp_path)
     source = f"{REGISTRY}/{cpu_build['repo']}"
     digest = cpu_build["report"]["digest"]
     audit = ["--audit-log", str(tmp_path / "audit.jsonl")]
-    signing = ["--sm2-key", keys["sm2.key"], "--cosign-key", keys["cosign.key"]]
-    trusted = ["--sm2-key", keys["sm2.pub"], "--cosign-key", keys["cosign.pub"]]
+    signing = ["--sm2-key", str(keys.sm2_key), "--cosign-key", str(keys.cosign_key)]
+    trusted = ["--sm2-key", str(keys.sm2_pub), "--cosign-key", str(keys.cosign_pub)]
     signed = cli("sign", f"{source}@{digest}", *signing, *audit)
     assert signed.returncode == 0, signed.stderr[-3000:]
     out = ["--out", str(tmp_path / "release"), "--chunk-size", "256M", "--json", str(tmp_path / "bundle.json")]

@@ -33,9 +33,8 @@ class Keys:
     cosign_pub: Path
 
 
-@pytest.fixture(scope="session")
-def keys(tmp_path_factory) -> Keys:
-    folder = tmp_path_factory.mktemp("keys")
+def write_keys(folder: Path) -> Keys:
+    """A fresh SM2 and cosign key pair, written as files into folder (tests elsewhere use it too)."""
     sm2, cosign = Sm2PrivateKey.generate(), CosignPrivateKey.generate()
     files = {
         "sm2.key": sm2.to_pem(None),
@@ -49,14 +48,13 @@ def keys(tmp_path_factory) -> Keys:
 
 
 @pytest.fixture(scope="session")
+def keys(tmp_path_factory) -> Keys:
+    return write_keys(tmp_path_factory.mktemp("keys"))
+
+
+@pytest.fixture(scope="session")
 def other_keys(tmp_path_factory) -> Keys:
-    folder = tmp_path_factory.mktemp("other-keys")
-    sm2, cosign = Sm2PrivateKey.generate(), CosignPrivateKey.generate()
-    for name, data in (("sm2.pub", sm2.public_key.to_pem()), ("cosign.pub", cosign.public_key.to_pem())):
-        (folder / name).write_bytes(data)
-    (folder / "sm2.key").write_bytes(sm2.to_pem(None))
-    (folder / "cosign.key").write_bytes(cosign.to_cosign_pem(""))
-    return Keys(sm2, cosign, folder / "sm2.key", folder / "cosign.key", folder / "sm2.pub", folder / "cosign.pub")
+    return write_keys(tmp_path_factory.mktemp("other-keys"))
 
 
 def real_layer(files: dict[str, bytes]) -> tuple[bytes, str]:

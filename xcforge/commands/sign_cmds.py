@@ -310,33 +310,10 @@ def _sign_target(args: argparse.Namespace, signing_keys) -> int:
     return 0
 
 
-def run_sign(args: argparse.Namespace) -> int:
-    """The sign stage (xcforge.sign.stage.sign_subject) for one digest named on the command line,
-    or (--target) for everything the report records of a target."""
-    from ocicore.registry import Reference
-    from xcforge.sign.stage import SigningKeys, SignSubject, sign_subject
+def _signing_keys(args: argparse.Namespace):
+    """The keys `sign` was given (files or environment), refused when there are none."""
+    from xcforge.sign.stage import SigningKeys
 
-    if bool(args.image) == bool(args.target):
-        raise ConfigError("sign: give IMAGE@DIGEST or --target NAME (one of them)")
-    if args.target:
-        signing_keys = SigningKeys(
-            sm2=keys.load_sm2_signing_key(args.sm2_key),
-            cosign=keys.load_cosign_signing_key(args.cosign_key),
-            sm2_dist_id=args.sm2_distid.encode("utf-8"),
-            keyless=args.keyless,
-        )
-        if not signing_keys.any_key and not args.keyless:
-            raise ConfigError(
-                f"sign: give --sm2-key and/or --cosign-key (or ${keys.SM2_KEY_ENV} / ${keys.COSIGN_KEY_ENV}), "
-                "or --keyless"
-            )
-        return _sign_target(args, signing_keys)
-    ref = Reference.parse(args.image)
-    if ref.digest is None:
-        raise ConfigError(
-            f"sign takes a digest, not a tag: {args.image} → use {ref.name}@sha256:... "
-            "(a tag can move between the build and the signature)"
-        )
     signing_keys = SigningKeys(
         sm2=keys.load_sm2_signing_key(args.sm2_key),
         cosign=keys.load_cosign_signing_key(args.cosign_key),
@@ -347,6 +324,26 @@ def run_sign(args: argparse.Namespace) -> int:
         raise ConfigError(
             f"sign: give --sm2-key and/or --cosign-key (or ${keys.SM2_KEY_ENV} / ${keys.COSIGN_KEY_ENV}), or --keyless"
         )
+    return signing_keys
+
+
+def run_sign(args: argparse.Namespace) -> int:
+    """The sign stage (xcforge.sign.stage.sign_subject) for one digest named on the command line,
+    or (--target) for everything the report records of a target."""
+    from ocicore.registry import Reference
+    from xcforge.sign.stage import SignSubject, sign_subject
+
+    if bool(args.image) == bool(args.target):
+        raise ConfigError("sign: give IMAGE@DIGEST or --target NAME (one of them)")
+    if args.target:
+        return _sign_target(args, _signing_keys(args))
+    ref = Reference.parse(args.image)
+    if ref.digest is None:
+        raise ConfigError(
+            f"sign takes a digest, not a tag: {args.image} → use {ref.name}@sha256:... "
+            "(a tag can move between the build and the signature)"
+        )
+    signing_keys = _signing_keys(args)
     annotations = _annotations(args.annotation)  # bad input is refused before any registry is read
     audit = _audit(args)
     repository = str(ref.with_digest(None).with_tag(None))
