@@ -33,6 +33,7 @@ from pathlib import Path
 
 from ocicore.errors import ConfigError, EnvironmentProblem, RegistryError, XcforgeError
 from ocicore.registry import DOCKER_HUB, Reference, RegistryClient, RegistryNotFound, parse_reference
+from xcforge.provision import cross_rootfs
 from xcforge.provision.progress import Progress
 from xcforge.shell import DOCKER, run
 
@@ -275,8 +276,19 @@ def recipe(arch: str, sources: Path) -> tuple[list[str], str]:
     return args, hashlib.sha256(key_source.encode()).hexdigest()[:16]
 
 
-def recipe_key(arches: Iterable[str], sources: Path) -> str:
-    return hashlib.sha256("".join(recipe(a, sources)[1] for a in sorted(arches)).encode()).hexdigest()[:16]
+def derived_key(native: Rootfs, arch: str) -> str:
+    """The key of a rootfs derived from `native` (cross_rootfs): it changes with the native tarball."""
+    source = json.dumps({"v": cross_rootfs.RECIPE_VERSION, "from": native.sha256, "arch": arch}, sort_keys=True)
+    return hashlib.sha256(source.encode()).hexdigest()[:16]
+
+
+def recipe_key(arches: Iterable[str], sources: Path, *, derived: Iterable[str] = ()) -> str:
+    """What the stand-in images' recipe label records: each architecture's bootstrap recipe, and which
+    of them are derived from the native rootfs rather than bootstrapped."""
+    derived = set(derived)
+    suffix = f"+derived-v{cross_rootfs.RECIPE_VERSION}"
+    parts = (recipe(a, sources)[1] + (suffix if a in derived else "") for a in sorted(arches))
+    return hashlib.sha256("".join(parts).encode()).hexdigest()[:16]
 
 
 def _sha256_file(path: Path) -> str:
@@ -310,9 +322,8 @@ def _locked(cache_dir: Path) -> Iterator[None]:
         yield
 
 
-def cached_rootfs(arch: str, cache_dir: Path, sources: Path) -> Rootfs | None:
-    """The cached rootfs for arch if it was built with the current recipe."""
-    _, key = recipe(arch, sources)
+def cached_rootfs(arch: str, cache_dir: Path, key: str) -> Rootfs | None:
+    """The cached rootfs for arch if it was made with the recipe `key` (recipe() or derived_key())."""
     meta_path = cache_dir / f"rootfs-{arch}.json"
     tarball = cache_dir / f"rootfs-{arch}.tar"
     try:
@@ -325,43 +336,72 @@ def cached_rootfs(arch: str, cache_dir: Path, sources: Path) -> Rootfs | None:
 
 
 def ensure_rootfs(
-    arch: str, cache_dir: Path, sources: Path, *, refresh: bool = False, progress: Progress | None = None
+    arch: str,
+    cache_dir: Path,
+    sources: Path,
+    *,
+    refresh: bool = False,
+    progress: Progress | None = None,
+    derive_from: Rootfs | None = None,
 ) -> Rootfs:
-    """Build (or reuse) the Debian rootfs tarball for arch under cache_dir."""
+    """Make (or reuse) the Debian rootfs tarball for arch under cache_dir: bootstrapped by mmdebstrap,
+    or, for the other architecture when `derive_from` is the native rootfs, derived from it without
+    emulation (cross_rootfs; a failed derivation falls back to the emulated bootstrap)."""
     progress = progress or Progress("stand-in bases")
     try:
         cache_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise EnvironmentProblem(f"cannot create {cache_dir} ({exc.strerror}); run as root or set --cache-dir") from exc
     with _locked(cache_dir):
-        if not refresh and (found := cached_rootfs(arch, cache_dir, sources)):
-            return found
-        if shutil.which("mmdebstrap") is None:
-            raise EnvironmentProblem("mmdebstrap is not installed; run scripts/provision.sh")
-        _check_emulation(arch)
-        args, key = recipe(arch, sources)
+        keys = ([derived_key(derive_from, arch)] if derive_from else []) + [recipe(arch, sources)[1]]
+        if not refresh:
+            for key in keys[:1]:  # the way asked for: an emulated fallback is tried again next time
+                if found := cached_rootfs(arch, cache_dir, key):
+                    return found
         tarball = cache_dir / f"rootfs-{arch}.tar"
         partial = cache_dir / f".rootfs-{arch}.partial.tar"
         partial.unlink(missing_ok=True)
         started = time.monotonic()
-        emulated = " under QEMU" if arch != _host_arch() else ""
-        with progress.heartbeat(f"rootfs {arch}: mmdebstrap {SUITE} minbase{emulated} (minutes on a fresh machine)"):
-            result = run([*args, "--quiet", SUITE, str(partial), str(sources)], check=False)
-        if result.returncode != 0:
-            partial.unlink(missing_ok=True)
-            raise EnvironmentProblem(f"mmdebstrap failed for {arch} (exit {result.returncode}); see its output above")
+        key = keys[-1]
+        if derive_from:
+            _check_emulation(arch)  # its ldconfig and bytecode compiler run under QEMU (seconds)
+            doing = f"rootfs {arch}: derived from the {derive_from.arch} rootfs, {arch} packages from the same archive"
+            try:
+                with progress.heartbeat(doing):
+                    swapped = cross_rootfs.derive_rootfs(derive_from.tarball, arch, sources, partial)
+                key, how = keys[0], f"derived ({len(swapped)} packages swapped, no emulated bootstrap)"
+            except XcforgeError as exc:
+                partial.unlink(missing_ok=True)
+                progress.say(f"rootfs {arch}: deriving failed ({exc.message}); bootstrapping under QEMU instead")
+        if not partial.exists():
+            how = _bootstrap(arch, sources, partial, progress)
         seconds = time.monotonic() - started
         partial.replace(tarball)
         meta = {
             "recipe": key,
+            "how": how,
             "sha256": _sha256_file(tarball),
             "size": tarball.stat().st_size,
             "seconds": round(seconds, 1),
             "built": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
         (cache_dir / f"rootfs-{arch}.json").write_text(json.dumps(meta, indent=2) + "\n")
-        progress.say(f"rootfs {arch}: built in {seconds:.0f} s ({meta['size'] >> 20} MiB)")
+        progress.say(f"rootfs {arch}: {how} in {seconds:.0f} s ({meta['size'] >> 20} MiB)")
         return Rootfs(arch=arch, tarball=tarball, sha256=meta["sha256"])
+
+
+def _bootstrap(arch: str, sources: Path, partial: Path, progress: Progress) -> str:
+    if shutil.which("mmdebstrap") is None:
+        raise EnvironmentProblem("mmdebstrap is not installed; run scripts/provision.sh")
+    _check_emulation(arch)
+    args, _ = recipe(arch, sources)
+    emulated = " under QEMU" if arch != _host_arch() else ""
+    with progress.heartbeat(f"rootfs {arch}: mmdebstrap {SUITE} minbase{emulated} (minutes on a fresh machine)"):
+        result = run([*args, "--quiet", SUITE, str(partial), str(sources)], check=False)
+    if result.returncode != 0:
+        partial.unlink(missing_ok=True)
+        raise EnvironmentProblem(f"mmdebstrap failed for {arch} (exit {result.returncode}); see its output above")
+    return f"bootstrapped{emulated}"
 
 
 def rootfs_fingerprint(rootfs: Sequence[Rootfs]) -> str:
@@ -571,11 +611,29 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--cache-dir", type=Path, default=CACHE_DIR, help="rootfs tarball cache (default: %(default)s)")
     parser.add_argument("--force", action="store_true", help="rebuild and push even if the registry is up to date")
     parser.add_argument("--refresh-rootfs", action="store_true", help="rebuild the rootfs tarballs too (new packages)")
+    parser.add_argument(
+        "--emulate-foreign",
+        action="store_true",
+        help="bootstrap the other architecture's rootfs with mmdebstrap under QEMU (minutes) instead of deriving "
+        "it from the native one (seconds)",
+    )
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--list", action="store_true", help="print 'original -> stand-in' and exit")
     mode.add_argument("--check", action="store_true", help="report which stand-ins are up to date; build nothing")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     return parser
+
+
+def _cached(arches: Sequence[str], cache_dir: Path, sources: Path, derived: Sequence[str]) -> list[Rootfs] | None:
+    """Every architecture's cached rootfs made the current way, or None if one is missing."""
+    found: list[Rootfs] = []
+    for arch in arches:
+        key = derived_key(found[0], arch) if arch in derived else recipe(arch, sources)[1]
+        rootfs = cached_rootfs(arch, cache_dir, key)
+        if rootfs is None:
+            return None
+        found.append(rootfs)
+    return found
 
 
 def _refs_from_args(args: argparse.Namespace) -> list[str]:
@@ -595,10 +653,14 @@ def _execute(args: argparse.Namespace) -> int:
         return 0
 
     sources = host_sources()
-    arches = [_debian_arch(p) for p in PLATFORMS]
-    recipe_id = recipe_key(arches, sources)
-    cached = [cached_rootfs(a, args.cache_dir, sources) for a in arches]
-    fingerprint = rootfs_fingerprint(cached) if all(cached) and not args.refresh_rootfs else None  # type: ignore[arg-type]
+    native = _host_arch()
+    # The native rootfs first: the other architecture's is derived from it (or bootstrapped under QEMU
+    # with --emulate-foreign).
+    arches = sorted((_debian_arch(p) for p in PLATFORMS), key=lambda a: a != native)
+    derived = [] if args.emulate_foreign else [a for a in arches if a != native]
+    recipe_id = recipe_key(arches, sources, derived=derived)
+    cached = _cached(arches, args.cache_dir, sources, derived)
+    fingerprint = rootfs_fingerprint(cached) if cached and not args.refresh_rootfs else None
 
     layouts = matrix_layouts(args.matrix or Path("matrix.yaml"))
 
@@ -619,9 +681,13 @@ def _execute(args: argparse.Namespace) -> int:
         if status not in todo:
             progress.say(f"{status.standin}: up to date")
     if todo:
-        rootfs = [
-            ensure_rootfs(a, args.cache_dir, sources, refresh=args.refresh_rootfs, progress=progress) for a in arches
-        ]
+        rootfs: list[Rootfs] = []
+        for arch in arches:
+            base = rootfs[0] if arch in derived else None
+            made = ensure_rootfs(
+                arch, args.cache_dir, sources, refresh=args.refresh_rootfs, progress=progress, derive_from=base
+            )
+            rootfs.append(made)
         for n, status in enumerate(todo, 1):
             started = time.monotonic()
             layout = layout_of(status.original)
