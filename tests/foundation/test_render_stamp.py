@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from ocicore.errors import RenderError
 from xcforge.build.builder import check_rendered
 from xcforge.config.matrix import load_matrix
 from xcforge.config.site import SiteConfig
+from xcforge.errors import RenderError
 from xcforge.plan import render_inputs
 from xcforge.plan.build_plan import BuildOptions, make_plan
 

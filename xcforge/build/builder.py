@@ -25,7 +25,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 from ocicore import layout, registry
 from ocicore.digest import is_sha256
-from ocicore.errors import BuildFailed, ConfigError, RegistryError, RenderError, XcforgeError
+from ocicore.errors import RegistryError
 from ocicore.layout import attestation_dir, merge_archives
 from ocicore.push import push_layout
 from ocicore.registry import RegistryClient, parse_reference
@@ -47,6 +47,7 @@ from xcforge.build.fingerprint import build_fingerprint, hash_tree
 from xcforge.build.result import BuildResult, PlatformResult
 from xcforge.config.matrix import Matrix
 from xcforge.console import say
+from xcforge.errors import KNOWN_ERRORS, BuildFailed, ConfigError, KnownError, RenderError, exit_code
 from xcforge.plan import locks, placeholders, render_inputs
 from xcforge.plan.build_plan import BuildOptions, BuildPlan, OutputMode, cache_tag
 from xcforge.plan.render import render_target
@@ -400,7 +401,7 @@ def _bake_lane(
         for pending in failed:
             reason = failure_reason(outcome.targets[pending.plan.target.name].tail)
             name = pending.plan.target.name
-            error: XcforgeError
+            error: KnownError
             if retryable:
                 error = RegistryError(f"{name}: registry error after {attempt} attempts: {reason}")
             elif builder and _builder_unreachable(reason):
@@ -410,7 +411,7 @@ def _bake_lane(
                 )
             else:
                 error = BuildFailed(f"{name}: build failed{where}: {reason}")
-            pending.result.error, pending.result.error_code = error.message, error.exit_code
+            pending.result.error, pending.result.error_code = error.message, exit_code(error)
             pending.failed_lanes.append(lane)
         remaining = [p for p in remaining if p not in failed]
         if remaining and not request.keep_going:
@@ -442,9 +443,9 @@ def build_all(
         multi_node = {b for b in set(builders.values()) if b and len(request.nodes(b)) > 1}
         try:
             prepared = _prepare(plan, builders, engine_hash, request.options.force, multi_node)
-        except XcforgeError as exc:
+        except KNOWN_ERRORS as exc:
             prepared = _result(plan, "failed")
-            prepared.error, prepared.error_code = exc.message, exc.exit_code
+            prepared.error, prepared.error_code = exc.message, exit_code(exc)
         if isinstance(prepared, BuildResult):
             results[plan.target.name] = prepared
             if prepared.error and not request.keep_going:
@@ -482,8 +483,8 @@ def build_all(
                 _finish(pending.plan, pending.result, pending.partial, pending.record_path, loaded=loaded)
                 pending.result.status = "built"
                 _record_where(pending, request)
-            except XcforgeError as exc:
-                pending.result.error, pending.result.error_code = exc.message, exc.exit_code
+            except KNOWN_ERRORS as exc:
+                pending.result.error, pending.result.error_code = exc.message, exit_code(exc)
             results[name] = pending.result
     finally:
         for pending in pendings:

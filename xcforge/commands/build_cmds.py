@@ -9,11 +9,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from ocicore.errors import ConfigError
 from xcforge.build.docker_env import start_docker_check
 from xcforge.commands._targets import add_target_arguments, selected_targets
 from xcforge.config.matrix import load_matrix
 from xcforge.config.site import BUILDER_NAME_RE, load_site
+from xcforge.errors import ConfigError
 from xcforge.paths import DIST_DIR
 from xcforge.plan.build_plan import BuildOptions, make_plan, named_contexts_for
 from xcforge.plan.render import render_target

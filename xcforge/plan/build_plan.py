@@ -17,9 +17,9 @@ from typing import Literal
 
 from packaging.version import Version
 
-from ocicore.errors import ConfigError
 from xcforge.config.matrix import Matrix, Target
 from xcforge.config.site import REGISTRY_PREFIX_RE, SiteConfig
+from xcforge.errors import ConfigError
 from xcforge.paths import DIST_DIR, REPO_ROOT
 from xcforge.plan.verification import PlatformVerification, label_value, planned
 

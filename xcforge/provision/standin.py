@@ -31,8 +31,9 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ocicore.errors import ConfigError, EnvironmentProblem, RegistryError, XcforgeError
+from ocicore.errors import RegistryError
 from ocicore.registry import DOCKER_HUB, Reference, RegistryClient, RegistryNotFound, parse_reference
+from xcforge.errors import KNOWN_ERRORS, ConfigError, EnvironmentProblem, exit_code
 from xcforge.provision.progress import Progress
 from xcforge.shell import DOCKER, run
 
@@ -137,7 +138,7 @@ def parse_ref(ref: str) -> Reference:
 def normalize_ref(ref: str) -> str:
     """Fully qualify an image reference: 'ubuntu' -> 'docker.io/library/ubuntu:latest',
     'nvidia/cuda:12.9.1-base-ubuntu22.04' -> 'docker.io/nvidia/cuda:12.9.1-base-ubuntu22.04'.
-    Raises ConfigError for a reference Docker would not accept."""
+    Raises InvalidReference (exit 2) for a reference Docker would not accept."""
     return str(parse_ref(ref))
 
 
@@ -637,11 +638,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return _execute(args)
-    except XcforgeError as exc:
+    except KNOWN_ERRORS as exc:
         if args.debug:
             raise
         print(f"error: {exc.message}", file=sys.stderr)
-        return exc.exit_code
+        return exit_code(exc)
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 130

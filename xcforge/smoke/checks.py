@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from ocicore import layout, registry
-from ocicore.errors import SmokeFailed
 from xcforge.config.matrix import Target
 from xcforge.console import say
+from xcforge.errors import SmokeFailed
 from xcforge.paths import REPO_ROOT
 from xcforge.shell import run
 from xcforge.smoke import containers
