@@ -1,6 +1,6 @@
 """The folder layout is the flow, and the imports keep it so (read from the sources with ast).
 
-config → plan → attest → build → publish → sign → smoke → report; a stage may import an earlier one,
+config → plan → attest → bake → publish → sign → smoke → report; a stage may import an earlier one,
 never a later one; only cli.py and commands/ are the command line, and nothing below them imports
 it; ocicore/ (the OCI core) imports neither xcforge nor signing; signing/ imports ocicore, never
 xcforge. pipeline.py is the one module that knows the whole order.
@@ -21,7 +21,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("ocicore", "signing", "xcforge")
-STAGES = ["config", "plan", "attest", "build", "publish", "sign", "smoke", "report"]
+STAGES = ["config", "plan", "attest", "bake", "publish", "sign", "smoke", "report"]
 # Used by every stage: not part of the order.
 SHARED = {
     "xcforge.shell",
@@ -335,7 +335,7 @@ def test_the_three_packages_carry_the_version_pyproject_gives() -> None:
 def test_publish_sign_and_smoke_return_outcomes_instead_of_changing_build_records():
     from dataclasses import fields
 
-    from xcforge.build.result import BuildResult
+    from xcforge.bake.result import BuildResult
 
     names = {f.name for f in fields(BuildResult)}
     found = []

@@ -22,7 +22,7 @@ from signing.cosign_keys import CosignPrivateKey
 from signing.sm2_keys import Sm2PrivateKey
 from signing.verify import verify_image
 from tests.registry_process import RegistryProcess
-from xcforge.build.result import BuildResult, PlatformResult
+from xcforge.bake.result import BuildResult, PlatformResult
 from xcforge.cli import main
 from xcforge.errors import BuildFailed, ConfigError
 from xcforge.plan.build_plan import OutputMode

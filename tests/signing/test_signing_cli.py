@@ -107,7 +107,7 @@ def test_keys_from_environment_and_wrong_password(keys, registry, monkeypatch, c
 
 
 def test_verify_target_reads_the_build_report(keys, registry, tmp_path, capsys):
-    from xcforge.build.result import BuildResult
+    from xcforge.bake.result import BuildResult
     from xcforge.report.results import write_reports
 
     client = RegistryClient(registry.address)

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from ocicore.digest import is_sha256
-from xcforge.build.docker_env import check_docker
+from xcforge.bake.docker_env import check_docker
 from xcforge.commands._paths import blocking_file
 from xcforge.config.matrix import load_matrix
 from xcforge.errors import ConfigError, SmokeFailed

@@ -145,7 +145,7 @@ def named_contexts_for(matrix: Matrix, target: Target, work: Path) -> dict[str, 
     """The named build contexts every Dockerfile mounts (the committed docker-bake.hcl names the
     same ones under dist/.contexts; a site's wheelhouse replaces `wheels`)."""
     return {
-        "engine": work / "engine",  # the xcforge-engine wheel (build/engine_wheel.py)
+        "engine": work / "engine",  # the xcforge-engine wheel (xcforge/bake/engine_wheel.py)
         "support": matrix.images_dir / "support",
         "wheels": work / "empty-wheelhouse",
         "sdists": work / "sdists" / target.name,  # the engine sdist of a source-empty target

@@ -51,7 +51,7 @@ from typing import IO, Any
 from ocicore import media
 from ocicore.errors import RegistryError
 from ocicore.registry import Manifest, Reference, RegistryClient, RegistryNotFound, canonical_json, parse_reference
-from xcforge.build.result import BuildResult
+from xcforge.bake.result import BuildResult
 from xcforge.console import say
 from xcforge.errors import KNOWN_ERRORS, BuildFailed, ConfigError, exit_code
 

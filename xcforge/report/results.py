@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.table import Table
 
 from xcforge import console
-from xcforge.build.result import BuildResult, PlatformResult
+from xcforge.bake.result import BuildResult, PlatformResult
 from xcforge.errors import ConfigError, SmokeFailed
 
 if TYPE_CHECKING:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from signing.audit import AuditLog
-from xcforge.build.result import BuildResult
+from xcforge.bake.result import BuildResult
 from xcforge.errors import KNOWN_ERRORS, ConfigError, exit_code
 
 AUDIT_ENV = "XCFORGE_AUDIT_LOG"

@@ -13,7 +13,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from xcforge.build.fingerprint import hash_tree
+from xcforge.bake.fingerprint import hash_tree
 from xcforge.errors import EnvironmentProblem
 from xcforge.shell import run
 
