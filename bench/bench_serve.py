@@ -59,7 +59,7 @@ from _common import (
 )
 
 from ocicore import registry
-from xcforge.build.docker_env import check_docker
+from xcforge.bake.docker_env import check_docker
 from xcforge.config.matrix import load_matrix
 from xcforge.smoke.checks import SmokeSubject, served, tiny_model, wait_healthy
 

@@ -1,5 +1,6 @@
-"""The OCI core every stage and signing/ share: typed errors with stable exit codes, media types,
-image references, the registry client, OCI layouts (archives) and pushing them.
+"""The OCI core every stage and signing/ share: its own errors (a malformed reference, a registry
+that failed), media types, image references, the registry client, OCI layouts (archives) and
+pushing them.
 
 It imports nothing from xcforge or signing: both depend on it, never the other way.
 """

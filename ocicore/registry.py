@@ -37,7 +37,7 @@ from urllib3.util.retry import Retry
 
 from ocicore import __version__
 from ocicore.digest import is_digest, sha256_digest  # also callers' names for them, from here
-from ocicore.errors import ConfigError, RegistryError
+from ocicore.errors import InvalidReference, RegistryError
 from ocicore.layout import platform_manifests
 from ocicore.media import (  # noqa: F401  (names the registry client's callers import from here)
     DOCKER_MANIFEST,
@@ -81,19 +81,19 @@ class Reference:
     def parse(cls, text: str) -> Reference:
         raw = text.strip()
         if not raw or any(c.isspace() for c in raw):
-            raise ConfigError(f"invalid image reference {text!r}")
+            raise InvalidReference(f"invalid image reference {text!r}")
         name, digest = raw, None
         if "@" in raw:
             name, digest = raw.split("@", 1)
             if not is_digest(digest):
-                raise ConfigError(f"invalid digest in {text!r}: expected sha256:<64 hex>")
+                raise InvalidReference(f"invalid digest in {text!r}: expected sha256:<64 hex>")
         tag = None
         slash = name.rfind("/")
         colon = name.rfind(":")
         if colon > slash:
             name, tag = name[:colon], name[colon + 1 :]
             if not _TAG.match(tag):
-                raise ConfigError(f"invalid tag {tag!r} in {text!r}")
+                raise InvalidReference(f"invalid tag {tag!r} in {text!r}")
         first, _, rest = name.partition("/")
         if rest and ("." in first or ":" in first or first == "localhost" or first != first.lower()):
             registry, repository = first, rest
@@ -104,9 +104,9 @@ class Reference:
             if "/" not in repository:
                 repository = f"library/{repository}"
         if not _HOST.match(registry):
-            raise ConfigError(f"invalid registry host {registry!r} in {text!r}")
+            raise InvalidReference(f"invalid registry host {registry!r} in {text!r}")
         if not _REPOSITORY.match(repository) or len(repository) > 255:
-            raise ConfigError(f"invalid repository {repository!r} in {text!r}: lowercase [a-z0-9._-/] only")
+            raise InvalidReference(f"invalid repository {repository!r} in {text!r}: lowercase [a-z0-9._-/] only")
         return cls(registry, repository, tag, digest)
 
     @property
@@ -260,7 +260,7 @@ def _parse_challenge(header: str) -> tuple[str, dict[str, str]]:
 
 
 class RegistryClient:
-    """One registry host. Methods take the repository; errors are `RegistryError` (exit code 6)."""
+    """One registry host. Methods take the repository; errors are `RegistryError` (ocicore.errors)."""
 
     def __init__(
         self,
@@ -600,7 +600,7 @@ def _client_for(ref: str):
     """One way of reading a registry: ocicore.registry's client (docker's credentials, http on loopback)."""
     try:
         parsed = parse_reference(ref)
-    except ConfigError as exc:
+    except InvalidReference as exc:
         raise RegistryError(f"cannot inspect {ref}: {exc.message}") from None
     return RegistryClient(parsed.registry, retries=2), parsed
 
@@ -634,7 +634,7 @@ def describe(ref: str, *, retries: int = 4) -> tuple[str, dict[str, dict]]:
     """
     try:
         parsed = parse_reference(ref)
-    except ConfigError as exc:
+    except InvalidReference as exc:
         raise RegistryError(f"cannot inspect {ref}: {exc.message}") from None
     client = RegistryClient(parsed.registry, retries=retries)
     top = client.get_manifest(parsed.repository, parsed.reference)

@@ -8,6 +8,7 @@ This package knows nothing about builds: it signs a digest and verifies a digest
 - cosign_format, sm2_format  how a signature sits in a registry (`.sig` / `.sm2` tags)
 - store                    reading/appending signature tags; signature files beside OCI archives
 - sign, verify, promote    the operations; audit: hash-chained audit log; keyless: Sigstore in CI
+- errors                   what it raises, without exit codes (xcforge/errors.py gives them)
 """
 
 from __future__ import annotations

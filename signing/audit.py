@@ -45,7 +45,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from ocicore.errors import ConfigError, VerificationFailed
+from signing.errors import InvalidSigningRequest, VerificationFailed
 from signing.sm3 import sm3_hex
 
 DEFAULT_AUDIT_LOG = Path("dist/audit.log.jsonl")
@@ -106,11 +106,11 @@ def _clean(name: str, value: Any) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str):
-        raise ConfigError(f"audit field {name} must be a string, not {type(value).__name__}")
+        raise InvalidSigningRequest(f"audit field {name} must be a string, not {type(value).__name__}")
     if len(value) > _MAX_VALUE or "\n" in value:
-        raise ConfigError(f"audit field {name} is too long or multi-line")
+        raise InvalidSigningRequest(f"audit field {name} is too long or multi-line")
     if _SECRET_SHAPES.search(value):
-        raise ConfigError(f"audit field {name} looks like key material; the audit log never stores secrets")
+        raise InvalidSigningRequest(f"audit field {name} looks like key material; the audit log never stores secrets")
     return value
 
 
@@ -201,14 +201,14 @@ class AuditLog:
         _sign=None,
     ) -> dict[str, Any]:
         if action not in ACTIONS:
-            raise ConfigError(f"unknown audit action {action!r} (known: {', '.join(sorted(ACTIONS))})")
+            raise InvalidSigningRequest(f"unknown audit action {action!r} (known: {', '.join(sorted(ACTIONS))})")
         clean_details = {str(k): _clean(f"details.{k}", v) for k, v in (details or {}).items()}
         with self._locked() as fd:
             seq, prev = self._last()
             if _sign is not None:  # a checkpoint: signs the head as it is under the lock
                 signature = _sign(seq, prev)
             if signature is not None and not re.fullmatch(r"[0-9a-f]{16,512}", signature):
-                raise ConfigError("audit signature must be lower-case hex")
+                raise InvalidSigningRequest("audit signature must be lower-case hex")
             entry: dict[str, Any] = {
                 "seq": seq,
                 "time": (now or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
@@ -263,7 +263,7 @@ class AuditLog:
     def prune(self, *, retention_days: int = RETENTION_DAYS, now: datetime | None = None) -> list[Path]:
         """Delete closed segments older than the retention period (never younger than 180 days)."""
         if retention_days < RETENTION_DAYS:
-            raise ConfigError(
+            raise InvalidSigningRequest(
                 f"retention of {retention_days} days is below the policy's {RETENTION_DAYS} (等保 level 3 keeps "
                 "six months of audit records); pass --retention-days 180 or more"
             )

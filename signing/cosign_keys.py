@@ -22,8 +22,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.kdf.scrypt import Scrypt
 
-from ocicore.errors import SigningError
 from signing import secretbox
+from signing.errors import SigningError
 from signing.pem import armor, is_pem, read_blocks
 
 SIGSTORE_LABELS = ("ENCRYPTED SIGSTORE PRIVATE KEY", "ENCRYPTED COSIGN PRIVATE KEY")

@@ -24,7 +24,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ocicore.digest import is_sha256
-from ocicore.errors import ConfigError, SigningError, VerificationFailed
 from ocicore.registry import (
     OCI_EMPTY,
     OCI_EMPTY_BLOB,
@@ -36,6 +35,7 @@ from ocicore.registry import (
     canonical_json,
     sha256_digest,
 )
+from signing.errors import InvalidSigningRequest, SigningError, VerificationFailed
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://sigstore.dev/cosign/sign/v1"
@@ -59,7 +59,7 @@ class KeylessRecord:
 def build_statement(repository: str, digest: str) -> bytes:
     """The in-toto statement cosign v3 signs for `repository@digest` (compact JSON)."""
     if not is_sha256(digest):
-        raise ConfigError(f"keyless signing needs a sha256 digest, got {digest!r}")
+        raise InvalidSigningRequest(f"keyless signing needs a sha256 digest, got {digest!r}")
     statement = {
         "_type": STATEMENT_TYPE,
         "subject": [{"name": repository, "digest": {"sha256": digest.split(":", 1)[1]}}],

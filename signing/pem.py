@@ -13,7 +13,7 @@ import re
 import textwrap
 from dataclasses import dataclass
 
-from ocicore.errors import SigningError
+from signing.errors import SigningError
 
 _BLOCK = re.compile(
     rb"-----BEGIN (?P<label>[A-Z0-9 ]+)-----\r?\n(?P<body>.*?)-----END (?P=label)-----",

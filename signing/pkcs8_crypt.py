@@ -21,7 +21,7 @@ from cryptography.hazmat.primitives import hashes, padding
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from cryptography.hazmat.primitives.kdf.pbkdf2 import PBKDF2HMAC
 
-from ocicore.errors import SigningError
+from signing.errors import SigningError
 
 # OWASP 2023 guidance for PBKDF2-HMAC-SHA256; OpenSSL's default of 2048 is far too low for a
 # key that may sit on a shared CI disk.

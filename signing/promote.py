@@ -15,7 +15,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ocicore.errors import ConfigError
 from ocicore.registry import (
     INDEX_MEDIA_TYPES,
     OCI_MANIFEST,
@@ -30,6 +29,7 @@ from ocicore.registry import (
 )
 from signing.audit import AuditLog
 from signing.cosign_keys import CosignPrivateKey
+from signing.errors import InvalidSigningRequest
 from signing.sign import SignatureRecord, sign_digest
 from signing.sm2_keys import Sm2PrivateKey
 from signing.store import signature_config_blob
@@ -162,11 +162,11 @@ def promote(
     src = source if isinstance(source, Reference) else Reference.parse(source)
     dst = target if isinstance(target, Reference) else Reference.parse(target)
     if src.digest is None:
-        raise ConfigError(f"promote copies a digest: use {src.name}@sha256:..., not a tag")
+        raise InvalidSigningRequest(f"promote copies a digest: use {src.name}@sha256:..., not a tag")
     if dst.digest is not None and dst.digest != src.digest:
-        raise ConfigError("the target cannot name a different digest")
+        raise InvalidSigningRequest("the target cannot name a different digest")
     if src.name == dst.name:
-        raise ConfigError("source and target are the same repository")
+        raise InvalidSigningRequest("source and target are the same repository")
     source_client = source_client or RegistryClient(src.registry, insecure=insecure)
     target_client = target_client or (
         source_client if dst.registry == src.registry else RegistryClient(dst.registry, insecure=insecure)

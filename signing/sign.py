@@ -6,11 +6,12 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from ocicore.errors import ConfigError, SigningError, XcforgeError
+from ocicore.errors import OciError
 from ocicore.registry import Reference, RegistryClient, is_digest
 from signing import sm2
 from signing.audit import AuditLog
 from signing.cosign_keys import CosignPrivateKey
+from signing.errors import InvalidSigningRequest, SignatureToolError, SigningError
 from signing.payload import simple_signing_payload
 from signing.signers import CosignSigner, Signer, Sm2Signer
 from signing.sm2_keys import Sm2PrivateKey
@@ -46,7 +47,7 @@ def make_signers(
     if cosign_key is not None:
         signers.append(CosignSigner(cosign_key))
     if not signers:
-        raise ConfigError("nothing to sign with: give an SM2 key and/or a cosign key")
+        raise InvalidSigningRequest("nothing to sign with: give an SM2 key and/or a cosign key")
     return signers
 
 
@@ -58,7 +59,7 @@ def _audited(audit: AuditLog | None, signers: Sequence[Signer], digest: str, sub
     """Run `work` and write one audit entry per record it returns, or per signer when it fails."""
     try:
         records = work()
-    except XcforgeError as exc:
+    except (OciError, SignatureToolError) as exc:
         if audit is not None:
             for signer in signers:
                 audit.record(
@@ -98,9 +99,9 @@ def sign_digest(
     """
     ref = repo if isinstance(repo, Reference) else Reference.parse(repo)
     if not is_digest(digest):
-        raise ConfigError(f"sign needs a manifest digest (sha256:<64 hex>), got {digest!r}")
+        raise InvalidSigningRequest(f"sign needs a manifest digest (sha256:<64 hex>), got {digest!r}")
     if ref.digest and ref.digest != digest:
-        raise ConfigError(f"{ref} and digest {digest} disagree")
+        raise InvalidSigningRequest(f"{ref} and digest {digest} disagree")
     signers = make_signers(sm2_key=sm2_key, cosign_key=cosign_key, sm2_dist_id=sm2_dist_id)
     client = client or RegistryClient(ref.registry, insecure=insecure)
 
@@ -129,7 +130,7 @@ def sign_archive(
     `repository` is the name the image will be published under (the payload's identity).
     """
     if not is_digest(digest):
-        raise ConfigError(f"sign needs a manifest digest (sha256:<64 hex>), got {digest!r}")
+        raise InvalidSigningRequest(f"sign needs a manifest digest (sha256:<64 hex>), got {digest!r}")
     name = Reference.parse(repository).name
     signers = make_signers(sm2_key=sm2_key, cosign_key=cosign_key, sm2_dist_id=sm2_dist_id)
 
@@ -180,7 +181,7 @@ def attest(
     from signing.attest import attach_attestations, write_detached_attestations
 
     if not is_digest(digest):
-        raise ConfigError(f"attest needs a manifest digest (sha256:<64 hex>), got {digest!r}")
+        raise InvalidSigningRequest(f"attest needs a manifest digest (sha256:<64 hex>), got {digest!r}")
     signers = make_signers(sm2_key=sm2_key, cosign_key=cosign_key, sm2_dist_id=sm2_dist_id)
     if archive is not None:
         subject = f"{archive}@{digest}"

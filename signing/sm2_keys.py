@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from asn1crypto import keys, parser
 from Cryptodome.IO import PEM as _CryptodomePEM
 
-from ocicore.errors import SigningError
 from signing import sm2
+from signing.errors import SigningError
 from signing.pem import armor, is_pem, read_blocks
 from signing.pkcs8_crypt import DEFAULT_ITERATIONS as DEFAULT_PBKDF2_ITERATIONS
 from signing.pkcs8_crypt import decrypt_private_key_info, encrypt_private_key_info

@@ -23,7 +23,6 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from ocicore.errors import SigningError
 from ocicore.registry import (
     OCI_CONFIG,
     OCI_MANIFEST,
@@ -35,6 +34,7 @@ from ocicore.registry import (
     sha256_digest,
 )
 from signing import cosign_format, sm2_format
+from signing.errors import SigningError
 from signing.payload import SIMPLE_SIGNING_MEDIA_TYPE
 from signing.signers import Signer
 

@@ -28,7 +28,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ocicore.errors import ConfigError, VerificationFailed
 from ocicore.registry import Reference, RegistryClient, RegistryError
 from signing import cosign_format, sm2, sm2_format
 from signing.attest import (
@@ -42,6 +41,7 @@ from signing.attest import (
     read_sbom,
 )
 from signing.cosign_keys import CosignPublicKey
+from signing.errors import InvalidSigningRequest, VerificationFailed
 from signing.payload import PayloadError, parse_payload
 from signing.sm2_keys import Sm2PublicKey
 from signing.store import (
@@ -203,15 +203,17 @@ def _required(
     if require is None:
         required = frozenset(scheme for scheme, has in given.items() if has)
         if not required:
-            raise ConfigError("no trusted keys given: pass --sm2-key and/or --cosign-key (or --keyless-identity)")
+            raise InvalidSigningRequest(
+                "no trusted keys given: pass --sm2-key and/or --cosign-key (or --keyless-identity)"
+            )
         return required
     required = frozenset(require)
     for scheme in required:
         if scheme not in given:
-            raise ConfigError(f"unknown scheme {scheme!r} in require (known: {', '.join(given)})")
+            raise InvalidSigningRequest(f"unknown scheme {scheme!r} in require (known: {', '.join(given)})")
         if not given[scheme]:
             what = "--keyless-identity" if scheme == KEYLESS else f"{scheme} public key"
-            raise ConfigError(f"{scheme} signatures are required but no {what} was given")
+            raise InvalidSigningRequest(f"{scheme} signatures are required but no {what} was given")
     return required
 
 
@@ -341,7 +343,7 @@ def verify_archive(
     if attestations:
         try:
             platforms = _archive_platform_digests(Path(archive), digest)
-        except ConfigError as exc:
+        except InvalidSigningRequest as exc:
             (problems if attestations == "require" else notes).append(f"attestations not checked: {exc.message}")
         sources = {
             scheme: (lambda d, s=scheme: read_detached_attestations(archive, d, s))
@@ -388,9 +390,9 @@ def _archive_platform_digests(archive: Path, digest: str) -> dict[str, str]:
         platforms = OciArchive(archive).platforms()
     except (OSError, ValueError, KeyError, tarfile.TarError) as exc:
         reason = " ".join(str(exc).split())[:120]
-        raise ConfigError(f"{archive}: not a readable OCI-layout archive ({reason})") from exc
+        raise InvalidSigningRequest(f"{archive}: not a readable OCI-layout archive ({reason})") from exc
     if top != digest:
-        raise ConfigError(f"{archive} holds {top}, not {digest}: verify the digest the archive was built as")
+        raise InvalidSigningRequest(f"{archive} holds {top}, not {digest}: verify the digest the archive was built as")
     return {d: p for p, (d, _size) in platforms.items()}
 
 

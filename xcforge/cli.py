@@ -1,9 +1,9 @@
 """Command line: `python build.py [build] --target ascend`, `render --all --check`, and friends.
 
 `build` is the default command, so `python build.py --target cpu --dry-run` works as the
-README says. Every failure is an XcforgeError printed as `error: ...` lines with the error's exit
-code; tracebacks only with --debug. Command modules register their own subparsers, so this file
-only wires them together.
+README says. Every failure is one of xcforge.errors.KNOWN_ERRORS printed as `error: ...` lines
+with its exit code (xcforge.errors.exit_code); tracebacks only with --debug. Command modules
+register their own subparsers, so this file only wires them together.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
-from ocicore.errors import ConfigError, Interrupted, XcforgeError
 from xcforge import __version__
+from xcforge.errors import KNOWN_ERRORS, ConfigError, Interrupted, exit_code
 
 DEFAULT_COMMAND = "build"
 
@@ -114,12 +114,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         err = Interrupted("interrupted; partial work was cleaned up and nothing was published under final tags")
         print(f"error: {err.message}", file=sys.stderr)
         return err.exit_code
-    except XcforgeError as err:
+    except KNOWN_ERRORS as err:
         if debug:
             traceback.print_exc()
         for line in err.message.splitlines() or [""]:
             print(f"error: {line}", file=sys.stderr)
-        return err.exit_code
+        return exit_code(err)
     except ModuleNotFoundError as exc:
         if debug:
             traceback.print_exc()

@@ -3,7 +3,7 @@ Actions' workflow commands (log groups, annotations, step summary, masks, step o
 
 Progress (`say`) and echoed commands (`echo`, every external command before it runs) go to
 stderr, one whole line at a time under one lock, so lines from the threads that watch parallel
-bakes never interleave; the live bake lines (xcforge/build/buildx.py) draw under the same lock.
+bakes never interleave; the live bake lines (xcforge/bake/runner.py) draw under the same lock.
 Results go to stdout (the CLI and report stage), not through here.
 
 The Actions half degrades to plain text outside Actions, so the rest of xcforge calls it

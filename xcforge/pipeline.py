@@ -10,12 +10,12 @@ standalone `zstd`, `sign` and `smoke` commands call the same stage functions on 
 
 from __future__ import annotations
 
-from ocicore.errors import BuildFailed, ConfigError
 from xcforge import console
-from xcforge.build.builder import BuildRequest, build_all, check_rendered, merge_digests, prepare_contexts
-from xcforge.build.buildx import BuilderNode, check_builder, prefetch_nodes
-from xcforge.build.docker_env import check_docker, start_docker_check
+from xcforge.bake.docker_env import check_docker, start_docker_check
+from xcforge.bake.runner import BuilderNode, check_builder, prefetch_nodes
+from xcforge.bake.stage import BuildRequest, build_all, check_rendered, merge_digests, prepare_contexts
 from xcforge.console import say
+from xcforge.errors import BuildFailed, ConfigError
 
 
 def _later_stages():

@@ -6,8 +6,8 @@ import os
 import subprocess
 from collections.abc import Mapping, Sequence
 
-from ocicore.errors import EnvironmentProblem
 from xcforge.console import echo
+from xcforge.errors import EnvironmentProblem
 
 # /usr/local/bin/docker on some machines is a client without the buildx plugin; the engine's own
 # client in /usr/bin is the one provisioning installs (docs/provisioning.md).

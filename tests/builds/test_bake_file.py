@@ -19,13 +19,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from xcforge.build import bake
+from xcforge.bake import definition
 from xcforge.config.matrix import Matrix, load_matrix, parse_matrix
 from xcforge.plan.build_plan import cache_tag, image_name, named_contexts_for
 from xcforge.plan.verification import label_value, planned
 
 REPO = Path(__file__).resolve().parents[2]
-COMMON = bake.COMMON_TARGET
+COMMON = definition.COMMON_TARGET
 
 
 @pytest.fixture(scope="module")
@@ -134,12 +134,16 @@ def _comparable(definition: dict[str, object]) -> dict[str, object]:
 
 
 def test_committed_bake_file_is_current(matrix):
-    assert bake.write_or_check(matrix, check=True).status == "unchanged", "run `python build.py render --all`"
+    assert definition.write_or_check(matrix, check=True).status == "unchanged", "run `python build.py render --all`"
 
 
 @pytest.mark.parametrize("which", ["committed", "bigger matrix"])
 def test_every_target_inherits_common_and_repeats_nothing_all_share(matrix, which):
-    text = (REPO / "docker-bake.hcl").read_text() if which == "committed" else bake.render_bake_file(_bigger_matrix())
+    text = (
+        (REPO / "docker-bake.hcl").read_text()
+        if which == "committed"
+        else definition.render_bake_file(_bigger_matrix())
+    )
     blocks = _read(text)
     targets = _targets(text)
     names = [n for n in targets if n != COMMON]
@@ -167,8 +171,8 @@ def test_every_target_inherits_common_and_repeats_nothing_all_share(matrix, whic
 @pytest.mark.parametrize("which", ["committed", "bigger matrix"])
 def test_inheritance_gives_back_each_targets_full_definition(matrix, which):
     m = matrix if which == "committed" else _bigger_matrix()
-    text = (REPO / "docker-bake.hcl").read_text() if which == "committed" else bake.render_bake_file(m)
-    flat = _targets(bake.render_bake_file(m, inherit=False))
+    text = (REPO / "docker-bake.hcl").read_text() if which == "committed" else definition.render_bake_file(m)
+    flat = _targets(definition.render_bake_file(m, inherit=False))
     assert COMMON not in flat
     inherited = _targets(text)
     assert set(inherited) - {COMMON} == set(flat) == set(m.targets)
@@ -178,7 +182,7 @@ def test_inheritance_gives_back_each_targets_full_definition(matrix, which):
 
 def test_the_file_is_shorter_than_its_flat_form(matrix):
     committed = (REPO / "docker-bake.hcl").read_text()
-    flat = bake.render_bake_file(matrix, inherit=False)
+    flat = definition.render_bake_file(matrix, inherit=False)
     assert committed.count("\n") < flat.count("\n") - 10 * len(matrix.targets)
     assert committed.count('"type=provenance,mode=max"') == 1
     assert committed.count("${BUILD_SOURCE}") == 2  # index and manifest annotation, once
@@ -188,7 +192,7 @@ def test_the_file_is_shorter_than_its_flat_form(matrix):
 
 
 def _print(*files: Path, env: dict[str, str]) -> dict:
-    clean = {k: v for k, v in os.environ.items() if k not in bake.VARIABLES}
+    clean = {k: v for k, v in os.environ.items() if k not in definition.VARIABLES}
     proc = subprocess.run(
         ["docker", "buildx", "bake", "--print", *(a for f in files for a in ("-f", str(f)))],
         cwd=REPO, capture_output=True, text=True, env={**clean, **env}, timeout=120,
@@ -211,7 +215,7 @@ _ENVIRONMENTS = {
 
 def _expected(matrix: Matrix, name: str, env: dict[str, str]) -> dict[str, object]:
     """What a target is, from the matrix: what the flat file spelled out for each, variables filled."""
-    values = {k: default for k, (default, _) in bake.VARIABLES.items()} | env
+    values = {k: default for k, (default, _) in definition.VARIABLES.items()} | env
     target = matrix.targets[name]
     image, version = image_name(target), f"{matrix.engine_version(target)}-{target.variant}"
     production = planned(matrix, target, target.platforms, engine_install="full", plugin_install="full")
@@ -219,7 +223,7 @@ def _expected(matrix: Matrix, name: str, env: dict[str, str]) -> dict[str, objec
     out: dict[str, object] = {
         "context": f"images/{name}",
         "dockerfile": "Dockerfile",
-        "contexts": {k: rel(v) for k, v in named_contexts_for(matrix, target, REPO / bake.CONTEXTS_DIR).items()},
+        "contexts": {k: rel(v) for k, v in named_contexts_for(matrix, target, REPO / definition.CONTEXTS_DIR).items()},
         "args": {
             "BUILD_REVISION": values["BUILD_REVISION"],
             "BUILD_CREATED": values["BUILD_CREATED"],
@@ -230,7 +234,7 @@ def _expected(matrix: Matrix, name: str, env: dict[str, str]) -> dict[str, objec
             f"{values['REPOSITORY_PREFIX']}/{image}:{version}",
             f"{values['REPOSITORY_PREFIX']}/{image}:{version}-{values['BUILD_REVISION']}",
         ],
-        "annotations": sorted(bake.annotation_flags(bake.annotations(matrix, target, values))),
+        "annotations": sorted(definition.annotation_flags(definition.annotations(matrix, target, values))),
         "attest": ["type=provenance,mode=max"],
         "platforms": list(target.platforms),
     }
@@ -266,12 +270,12 @@ def test_buildx_reads_the_same_definitions_as_from_the_flat_file(matrix, environ
     _needs_buildx()
     env = _ENVIRONMENTS[environment]
     flat = tmp_path / "flat.hcl"
-    flat.write_text(bake.render_bake_file(matrix, inherit=False))
+    flat.write_text(definition.render_bake_file(matrix, inherit=False))
     (tmp_path / "pip.conf").write_text("[global]\n")  # bake checks that a secret's source exists
-    run = bake.write_run_file(
+    run = definition.write_run_file(
         tmp_path / "run.json",
         [
-            bake.RunTarget(
+            definition.RunTarget(
                 name=name,
                 platforms=matrix.targets[name].platforms[:1],
                 args={"XCFORGE_VERIFICATION": "linux/amd64=plugin-skipped", "EXTRA": "1"},

@@ -7,10 +7,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ocicore.errors import ConfigError, VerificationFailed
 from ocicore.registry import Reference
+from signing.errors import VerificationFailed
 from xcforge.config.matrix import load_matrix
 from xcforge.deploy import manifests as deploy
+from xcforge.errors import ConfigError, exit_code
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MATRIX = load_matrix(REPO_ROOT / "matrix.yaml")
@@ -384,7 +385,7 @@ def test_cli_verify_gate_refuses_to_write(tmp_path, capsys, fake_signing):
     argv = ["deploy", "--target", "cpu", "--model", "/m", "--image", str(_image("cpu")), "--out", str(out)]
     rc = _main([*argv, "--verify-sm2-key", str(pub)])
     err = capsys.readouterr().err
-    assert rc == VerificationFailed.exit_code
+    assert rc == exit_code(VerificationFailed)
     assert "refusing to deploy" in err and "MISSING sm2" in err
     assert not out.exists()
     assert fake_signing["calls"][0][0] == str(_image("cpu"))

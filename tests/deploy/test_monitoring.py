@@ -16,10 +16,10 @@ import jsonschema
 import pytest
 import yaml
 
-from ocicore.errors import ConfigError
 from tests.deploy import monitoring_refs as refs
 from xcforge.config.matrix import DeviceExporter, load_matrix
 from xcforge.deploy import monitoring
+from xcforge.errors import ConfigError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MATRIX = load_matrix(REPO_ROOT / "matrix.yaml")

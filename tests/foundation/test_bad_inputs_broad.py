@@ -150,7 +150,7 @@ def _clean_environment(monkeypatch) -> None:
     # If a case ever got past validation it must not reach a real engine: no docker here.
     monkeypatch.setenv("XCFORGE_DOCKER", "/nonexistent/docker")
     monkeypatch.setattr("xcforge.shell.DOCKER", "/nonexistent/docker", raising=False)
-    monkeypatch.setattr("xcforge.build.docker_env.DOCKER", "/nonexistent/docker", raising=False)
+    monkeypatch.setattr("xcforge.bake.docker_env.DOCKER", "/nonexistent/docker", raising=False)
 
 
 def _state(work: Path, files: Path) -> tuple[dict, dict]:

@@ -1,4 +1,4 @@
-"""How a bake's plain progress is given to its targets (xcforge/build/buildx.py).
+"""How a bake's plain progress is given to its targets (xcforge/bake/runner.py).
 
 The log is a real `docker buildx bake --progress=plain` of two targets (one of them with two
 platforms) where one target fails, replayed through `cat`: the parser, the per-target log files
@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from xcforge.build.buildx import failure_reason, run_bake
+from xcforge.bake.runner import failure_reason, run_bake
 
 LOG = Path(__file__).parent / "data" / "bake-two-targets.log"
 

@@ -3,7 +3,7 @@ builds it natively. The texts are what buildx 0.13 printed for the three kinds o
 
 from __future__ import annotations
 
-from xcforge.build.buildx import node_for, parse_nodes
+from xcforge.bake.runner import node_for, parse_nodes
 
 DOCKER_DRIVER = """Name:          default
 Driver:        docker

@@ -6,7 +6,7 @@ import shlex
 
 import pytest
 
-from ocicore.errors import ConfigError
+from xcforge.errors import ConfigError
 from xcforge.shell import DOCKER
 from xcforge.smoke.containers import RunSpec
 

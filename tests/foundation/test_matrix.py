@@ -10,8 +10,8 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from ocicore.errors import ConfigError
 from xcforge.config.matrix import load_matrix, parse_matrix
+from xcforge.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
 MATRIX = REPO / "matrix.yaml"

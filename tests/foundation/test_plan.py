@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from ocicore.errors import ConfigError
 from xcforge.config.matrix import load_matrix
 from xcforge.config.site import SiteConfig, load_site
+from xcforge.errors import ConfigError
 from xcforge.plan.build_plan import BuildOptions, engine_install_mode, make_plan, tags_for
 
 REPO = Path(__file__).resolve().parents[2]

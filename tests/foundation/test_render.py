@@ -190,7 +190,7 @@ def test_render_check_cli_passes_on_committed_tree():
 def test_missing_template_variable_fails(tmp_path):
     import jinja2
 
-    from ocicore.errors import RenderError
+    from xcforge.errors import RenderError
 
     shutil.copytree(REPO / "templates", tmp_path / "templates")
     skeleton = tmp_path / "templates" / "Dockerfile.j2"

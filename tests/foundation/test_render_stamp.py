@@ -1,4 +1,4 @@
-"""The build's drift check (builder.check_rendered) and the stamp that lets it skip re-rendering:
+"""The build's drift check (bake.stage.check_rendered) and the stamp that lets it skip re-rendering:
 skipped only while every input and committed output is byte for byte what the last passing check
 saw; any change to either is rendered and compared in full."""
 
@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from ocicore.errors import RenderError
-from xcforge.build.builder import check_rendered
+from xcforge.bake.stage import check_rendered
 from xcforge.config.matrix import load_matrix
 from xcforge.config.site import SiteConfig
+from xcforge.errors import RenderError
 from xcforge.plan import render_inputs
 from xcforge.plan.build_plan import BuildOptions, make_plan
 

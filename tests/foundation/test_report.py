@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from xcforge.build.result import BuildResult, PlatformResult
+from xcforge.bake.result import BuildResult, PlatformResult
 from xcforge.report.results import load_results, markdown, merge_into_report, write_reports
 
 

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ocicore.errors import ConfigError
 from xcforge.config.matrix import parse_matrix
 from xcforge.config.site import SiteConfig
+from xcforge.errors import ConfigError
 from xcforge.plan.render import render_target
 
 REPO = Path(__file__).resolve().parents[2]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import copy
 
-from xcforge.build.result import BuildResult, PlatformResult
+from xcforge.bake.result import BuildResult, PlatformResult
 from xcforge.report.results import with_outcomes
 from xcforge.sign.stage import SignOutcome
 from xcforge.smoke.checks import FAIL, PASS, SKIP, SmokeCheck, smoke_outcome

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from ocicore.errors import ConfigError
+from ocicore.errors import InvalidReference
+from xcforge.errors import ConfigError
 from xcforge.provision import standin
 from xcforge.provision.standin import build_context_arg, normalize_ref, standin_ref
 
@@ -46,7 +47,7 @@ def test_normalize_ref(ref: str, expected: str) -> None:
     ["", "   ", "Ubuntu:22.04", "docker.io/Nvidia/cuda:12", "ubuntu:bad tag", "ubuntu@sha256:xyz", "a//b:1", "ubuntu:"],
 )
 def test_normalize_ref_rejects_invalid(ref: str) -> None:
-    with pytest.raises(ConfigError):
+    with pytest.raises(InvalidReference):
         normalize_ref(ref)
 
 

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from ocicore.errors import ConfigError, EnvironmentProblem
+from xcforge.errors import ConfigError, EnvironmentProblem
 from xcforge.provision import standin
 
 MIRROR = "http://mirror.example/debian"

@@ -16,15 +16,15 @@ from dataclasses import dataclass
 import pytest
 import zstandard
 
-from ocicore.errors import BuildFailed, ConfigError
 from ocicore.media import DOCKER_MANIFEST, OCI_CONFIG, OCI_INDEX, OCI_MANIFEST
 from ocicore.registry import RegistryClient, canonical_json, sha256_digest
 from signing.cosign_keys import CosignPrivateKey
 from signing.sm2_keys import Sm2PrivateKey
 from signing.verify import verify_image
 from tests.registry_process import RegistryProcess
-from xcforge.build.result import BuildResult, PlatformResult
+from xcforge.bake.result import BuildResult, PlatformResult
 from xcforge.cli import main
+from xcforge.errors import BuildFailed, ConfigError
 from xcforge.plan.build_plan import OutputMode
 from xcforge.publish.zstd import LAYER_ZSTD, SOURCE_LAYER, VARIANT_OF, publish_zstd, transcode, variant
 from xcforge.report.results import load_results, markdown, with_outcomes, write_reports

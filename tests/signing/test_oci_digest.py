@@ -7,7 +7,7 @@ import re
 import pytest
 
 from ocicore import digest
-from ocicore.errors import ConfigError
+from ocicore.errors import InvalidReference
 from ocicore.registry import Reference
 from signing import sm2_format
 from signing.payload import PayloadError, simple_signing_payload
@@ -75,7 +75,7 @@ def test_sha256_only_helpers():
 @pytest.mark.parametrize("value", BAD)
 def test_every_site_refuses_what_the_grammar_refuses(value):
     if value != SHA256 + "\n":  # Reference.parse strips the text it is given
-        with pytest.raises(ConfigError):
+        with pytest.raises(InvalidReference):
             Reference.parse(f"r.io/a@{value}")
     with pytest.raises(PayloadError):
         simple_signing_payload("r.io/a", value)

@@ -10,7 +10,6 @@ import tarfile
 
 import pytest
 
-from ocicore.errors import ConfigError
 from signing.attest import (
     IN_TOTO_PAYLOAD_TYPE,
     SBOM_PREDICATE,
@@ -23,6 +22,7 @@ from signing.attest import (
 )
 from signing.signers import CosignSigner, Sm2Signer
 from xcforge.attest import sbom
+from xcforge.errors import ConfigError
 
 STATUS = b"""Package: base-files
 Status: install ok installed

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from ocicore.errors import ConfigError
 from signing.audit import GENESIS, AuditHead, AuditLog, current_actor, entry_hash, verify_audit_log
+from signing.errors import InvalidSigningRequest
 from signing.sign import sign_archive
 from signing.sm2_keys import Sm2PrivateKey
 from signing.sm3 import sm3_hex
@@ -125,7 +125,7 @@ def test_nothing_secret_is_logged(tmp_path, monkeypatch):
         assert secret not in text
     new_key = (tmp_path / "keys" / "sm2.key").read_text()
     assert new_key.splitlines()[1] not in text
-    with pytest.raises(ConfigError, match="key material"):
+    with pytest.raises(InvalidSigningRequest, match="key material"):
         audit.record("sign", details={"note": pem.decode().replace("\n", " ")})
-    with pytest.raises(ConfigError, match="unknown audit action"):
+    with pytest.raises(InvalidSigningRequest, match="unknown audit action"):
         audit.record("exfiltrate")

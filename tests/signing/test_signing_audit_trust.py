@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from ocicore.errors import ConfigError
 from signing.audit import RETENTION_DAYS, AuditHead, AuditLog, canonical, entry_hash, verify_audit_log
+from signing.errors import InvalidSigningRequest
 from signing.sm2_keys import Sm2PrivateKey
 
 REPO = Path(__file__).resolve().parents[2]
@@ -97,7 +97,7 @@ def test_prune_keeps_the_policy_and_the_chain(tmp_path):
     log.rotate()  # segment 0-1 (400 days old) + its rotate entry in the new file (today)
     log.record("verify", digest=DIGEST)
     log.rotate()  # segment 2-3: today
-    with pytest.raises(ConfigError, match="below the policy's 180"):
+    with pytest.raises(InvalidSigningRequest, match="below the policy's 180"):
         log.prune(retention_days=30)
     assert log.prune(retention_days=RETENTION_DAYS + 10) == [tmp_path / "dist" / "audit.log.jsonl.00000000-00000001"]
     assert log.prune() == []  # the young segment stays

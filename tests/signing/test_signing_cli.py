@@ -8,9 +8,10 @@ import stat
 import pytest
 from signing_helpers import push_synthetic_image
 
-from ocicore.errors import VerificationFailed
 from ocicore.registry import RegistryClient
+from signing.errors import VerificationFailed
 from xcforge.cli import main
+from xcforge.errors import exit_code
 
 
 @pytest.fixture
@@ -61,7 +62,7 @@ def test_sign_verify_promote_audit_round_trip(keys, registry, capsys, tmp_path):
     verdicts = [line.split()[0] for line in out]
     assert verdicts[:2] == ["VALID", "VALID"] and verdicts[-1] == "OK:"
     assert set(verdicts[2:-1]) == {"NOTE"}, out
-    assert main(["verify", img.ref, *trusted, "--require-attestations"]) == VerificationFailed.exit_code
+    assert main(["verify", img.ref, *trusted, "--require-attestations"]) == exit_code(VerificationFailed)
     assert "no valid sm2 SBOM attestation" in capsys.readouterr().out
 
     dst = f"{registry.address}/prod/vllm"
@@ -106,7 +107,7 @@ def test_keys_from_environment_and_wrong_password(keys, registry, monkeypatch, c
 
 
 def test_verify_target_reads_the_build_report(keys, registry, tmp_path, capsys):
-    from xcforge.build.result import BuildResult
+    from xcforge.bake.result import BuildResult
     from xcforge.report.results import write_reports
 
     client = RegistryClient(registry.address)

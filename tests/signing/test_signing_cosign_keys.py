@@ -10,9 +10,9 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from ocicore.errors import SigningError
 from signing import secretbox
 from signing.cosign_keys import CosignPrivateKey, load_cosign_private_key, load_cosign_public_key
+from signing.errors import SigningError
 
 DATA = Path(__file__).parent / "data"
 FIXTURE_PASSWORD = "xcforge-test"  # see data/README.md

@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 import pytest
 from signing_helpers import push_synthetic_image
 
-from ocicore.errors import ConfigError, SigningError
 from ocicore.registry import OCI_EMPTY, OCI_INDEX, OCI_MANIFEST, Reference, RegistryClient, sha256_digest
+from signing.errors import InvalidSigningRequest, SigningError
 from signing.keyless import (
     BUNDLE_MEDIA_TYPE,
     PREDICATE_TYPE,
@@ -38,7 +38,7 @@ def test_statement_is_cosign_v3_sign_statement_and_valid_for_sigstore():
     }
     statement = Statement(raw)  # sigstore-python's own validation accepts it
     assert statement._contents == raw
-    with pytest.raises(ConfigError):
+    with pytest.raises(InvalidSigningRequest):
         build_statement("ghcr.io/org/vllm", "latest")
 
 
@@ -130,5 +130,5 @@ def test_verify_image_checks_keyless_bundles_offline(registry, sm2_key):
     assert len(keyless) == 1 and not keyless[0].valid and "does not verify" in keyless[0].reason
     assert report.missing == ("keyless",)
     assert verify_image(img.ref, [sm2_key.public_key], require=["sm2"], keyless_identity=workflow, client=client).ok
-    with pytest.raises(ConfigError, match="--keyless-identity"):
+    with pytest.raises(InvalidSigningRequest, match="--keyless-identity"):
         verify_image(img.ref, [sm2_key.public_key], require=["keyless"], client=client)

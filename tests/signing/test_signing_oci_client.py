@@ -9,7 +9,7 @@ import pytest
 from oci_fake_registry import FakeRegistry
 from signing_helpers import push_synthetic_image
 
-from ocicore.errors import ConfigError, RegistryError
+from ocicore.errors import InvalidReference, RegistryError
 from ocicore.registry import (
     OCI_INDEX,
     Reference,
@@ -47,7 +47,7 @@ def test_reference_parsing(text, registry, repository, tag, digest, name):
     "bad", ["", "host.example/UPPER", "a b", "x@sha256:short", "x:tag:tag", "x@md5:00", "-x/y", "x/../y"]
 )
 def test_bad_references_are_config_errors(bad):
-    with pytest.raises(ConfigError):
+    with pytest.raises(InvalidReference):
         Reference.parse(bad)
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from signing_helpers import push_synthetic_image
 
-from ocicore.errors import ConfigError
 from ocicore.registry import Reference, RegistryClient
+from signing.errors import InvalidSigningRequest
 from signing.keyless import attach_bundle
 from signing.promote import promote
 from signing.sign import sign_digest
@@ -80,7 +80,7 @@ def test_promote_across_registries_and_merge_existing_signatures(signed_index, o
 
 def test_promote_refuses_tags_and_same_repository(signed_index):
     client, img = signed_index
-    with pytest.raises(ConfigError, match="digest"):
+    with pytest.raises(InvalidSigningRequest, match="digest"):
         promote(f"{img.name}:v1", f"{img.registry}/prod/x", source_client=client)
-    with pytest.raises(ConfigError, match="same repository"):
+    with pytest.raises(InvalidSigningRequest, match="same repository"):
         promote(img.ref, img.name, source_client=client)

@@ -12,9 +12,9 @@ import json
 import pytest
 from signing_helpers import push_synthetic_image
 
-from ocicore.errors import ConfigError, SigningError
 from ocicore.registry import OCI_MANIFEST, RegistryClient
 from signing import cosign_format, sm2_format
+from signing.errors import InvalidSigningRequest, SigningError
 from signing.payload import SIMPLE_SIGNING_MEDIA_TYPE, simple_signing_payload
 from signing.sign import sign_archive, sign_digest
 from signing.store import detached_path, signature_tag
@@ -211,9 +211,9 @@ def test_require_semantics(image, sm2_key, cosign_key):
     both = verify_image(img.ref, [sm2_key.public_key], [cosign_key.public_key], client=client)
     assert not both.ok and both.missing == ("cosign",)
     assert verify_image(img.ref, [sm2_key.public_key], [cosign_key.public_key], require=["sm2"], client=client).ok
-    with pytest.raises(ConfigError, match="no cosign public key"):
+    with pytest.raises(InvalidSigningRequest, match="no cosign public key"):
         verify_image(img.ref, [sm2_key.public_key], require=["sm2", "cosign"], client=client)
-    with pytest.raises(ConfigError, match="no trusted keys"):
+    with pytest.raises(InvalidSigningRequest, match="no trusted keys"):
         verify_image(img.ref, client=client)
 
 
@@ -221,9 +221,9 @@ def test_sign_refuses_unpushed_digests_and_bad_input(image, sm2_key):
     client, img = image
     with pytest.raises(SigningError, match="push the image"):
         sign_digest(img.name, "sha256:" + "1" * 64, sm2_key=sm2_key, client=client)
-    with pytest.raises(ConfigError):
+    with pytest.raises(InvalidSigningRequest):
         sign_digest(img.name, "latest", sm2_key=sm2_key, client=client)
-    with pytest.raises(ConfigError, match="nothing to sign"):
+    with pytest.raises(InvalidSigningRequest, match="nothing to sign"):
         sign_digest(img.name, img.digest, client=client)
 
 

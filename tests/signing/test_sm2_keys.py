@@ -7,7 +7,7 @@ import hashlib
 import pytest
 from signing_helpers import openssl, openssl_verify_sm2
 
-from ocicore.errors import SigningError
+from signing.errors import SigningError
 from signing.sm2_keys import SM2_CURVE_OID, Sm2PrivateKey, load_sm2_private_key, load_sm2_public_key
 
 FAST = 1000  # PBKDF2 iterations in tests; the default (600 000) is exercised once

@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from ocicore import layout, media
-from ocicore.errors import ConfigError
 from signing.intoto import PROVENANCE_PREDICATES, SBOM_PREDICATE, statement
 from xcforge import __version__
 from xcforge.attest import sbom
+from xcforge.errors import ConfigError
 
 RECORD = "attestations.json"  # what was written, so a skipped (unchanged) build can sign it again
 

@@ -33,8 +33,8 @@ from email.parser import HeaderParser
 from pathlib import Path
 from typing import IO, Any
 
-from ocicore.errors import ConfigError
 from ocicore.layout import SBOM_SUFFIX
+from xcforge.errors import ConfigError
 
 MEDIA_TYPE = "application/vnd.cyclonedx+json"
 SUFFIX = SBOM_SUFFIX  # ocicore.layout names the side files

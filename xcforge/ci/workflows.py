@@ -24,9 +24,9 @@ from typing import Any
 
 import yaml
 
-from ocicore.errors import ConfigError
 from xcforge import generated
 from xcforge.config.matrix import Matrix, Target
+from xcforge.errors import ConfigError
 from xcforge.generated import Generated
 from xcforge.paths import REPO_ROOT
 from xcforge.plan.build_plan import image_repository

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from ocicore.errors import RenderError
+from xcforge.errors import RenderError
 from xcforge.generated import Generated
 
 

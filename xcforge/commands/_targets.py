@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from ocicore.errors import ConfigError
 from xcforge.config.matrix import Matrix, Target, load_matrix
+from xcforge.errors import ConfigError
 
 
 def add_target_arguments(parser: argparse.ArgumentParser) -> None:

@@ -9,11 +9,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from ocicore.errors import ConfigError
-from xcforge.build.docker_env import start_docker_check
+from xcforge.bake.docker_env import start_docker_check
 from xcforge.commands._targets import add_target_arguments, selected_targets
 from xcforge.config.matrix import load_matrix
 from xcforge.config.site import BUILDER_NAME_RE, load_site
+from xcforge.errors import ConfigError
 from xcforge.paths import DIST_DIR
 from xcforge.plan.build_plan import BuildOptions, make_plan, named_contexts_for
 from xcforge.plan.render import render_target
@@ -190,7 +190,7 @@ def run_build(args: argparse.Namespace) -> int:
             sys.stdout.write(render_target(matrix, plan.target).text)
         return 0
     start_docker_check()  # the engine answers while the build stages load
-    from xcforge.build.builder import BuildRequest
+    from xcforge.bake.stage import BuildRequest
     from xcforge.pipeline import run_builds
 
     request = BuildRequest(
@@ -210,7 +210,7 @@ def run_build(args: argparse.Namespace) -> int:
 
 
 def run_contexts(args: argparse.Namespace) -> int:
-    from xcforge.build.builder import prepare_contexts
+    from xcforge.bake.stage import prepare_contexts
 
     matrix, targets = selected_targets(args)
     site = load_site(args.site)

@@ -8,8 +8,8 @@ import os
 import shutil
 from pathlib import Path
 
-from ocicore.errors import ConfigError, EnvironmentProblem
 from xcforge.commands.sign_cmds import _add_audit, _audit
+from xcforge.errors import ConfigError, EnvironmentProblem
 from xcforge.sign import keys
 
 

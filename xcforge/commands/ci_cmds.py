@@ -7,11 +7,11 @@ import os
 import sys
 from pathlib import Path
 
-from ocicore.errors import ConfigError
 from xcforge import console
 from xcforge.ci import runners as runners_mod
 from xcforge.commands._drift import report_drift
 from xcforge.config.matrix import load_matrix
+from xcforge.errors import ConfigError
 from xcforge.paths import REPO_ROOT
 
 

@@ -10,10 +10,10 @@ import shlex
 import sys
 from pathlib import Path
 
-from ocicore.errors import ConfigError
 from xcforge.commands._drift import report_drift
 from xcforge.commands._paths import blocking_file, unwritable_reason
 from xcforge.config.matrix import load_matrix
+from xcforge.errors import ConfigError
 from xcforge.paths import REPO_ROOT
 
 

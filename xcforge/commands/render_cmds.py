@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from xcforge.build import bake
+from xcforge.bake import definition
 from xcforge.commands._drift import report_drift
 from xcforge.commands._targets import add_target_arguments, selected_targets
 from xcforge.plan import doc_tables, readme_table
@@ -29,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
     matrix, targets = selected_targets(args)
     results = [
         *write_or_check(matrix, targets, check=args.check),
-        bake.write_or_check(matrix, check=args.check),
+        definition.write_or_check(matrix, check=args.check),
         *readme_table.write_or_check(matrix, check=args.check),
         *doc_tables.write_or_check(matrix, check=args.check),
     ]

@@ -11,8 +11,8 @@ import json
 import sys
 from pathlib import Path
 
-from ocicore.errors import ConfigError
 from xcforge.attest import sbom
+from xcforge.errors import ConfigError
 
 
 def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:

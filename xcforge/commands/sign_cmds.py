@@ -13,8 +13,9 @@ import contextlib
 import os
 from pathlib import Path
 
-from ocicore.errors import ConfigError, VerificationFailed
+from signing.errors import VerificationFailed
 from xcforge.commands._paths import blocking_file, unwritable_reason
+from xcforge.errors import ConfigError
 from xcforge.sign import keys
 
 AUDIT_ENV = "XCFORGE_AUDIT_LOG"
@@ -278,7 +279,7 @@ def _recorded(args: argparse.Namespace, command: str):
 def _sign_target(args: argparse.Namespace, signing_keys) -> int:
     """`sign --target T`: the sign stage's own sign_recorded on the recorded result (gzip and zstd
     digests alike), its signatures written back into the report."""
-    from ocicore.errors import XcforgeError
+    from xcforge.errors import XcforgeError
     from xcforge.report.results import print_table, with_outcomes, write_reports
     from xcforge.sign.stage import sign_recorded, signed_digests
 

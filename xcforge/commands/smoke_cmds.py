@@ -6,10 +6,10 @@ import argparse
 from pathlib import Path
 
 from ocicore.digest import is_sha256
-from ocicore.errors import ConfigError, SmokeFailed
-from xcforge.build.docker_env import check_docker
+from xcforge.bake.docker_env import check_docker
 from xcforge.commands._paths import blocking_file
 from xcforge.config.matrix import load_matrix
+from xcforge.errors import ConfigError, SmokeFailed
 from xcforge.paths import DIST_DIR
 from xcforge.report.results import load_results, print_table, with_outcomes, write_reports
 from xcforge.smoke.checks import SmokeSubject, device_flags, run_smoke, smoke_outcome

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ocicore.errors import ConfigError, XcforgeError
+from xcforge.errors import ConfigError, XcforgeError
 from xcforge.paths import DIST_DIR
 
 

@@ -27,8 +27,8 @@ from pydantic import (
 )
 
 from ocicore.digest import is_sha256
-from ocicore.errors import ConfigError
 from xcforge.config.yaml_source import Lines, line_of, load_yaml
+from xcforge.errors import ConfigError
 
 Platform = Literal["linux/amd64", "linux/arm64"]
 # The engine's backends are the modules of images/engine/src/xcforge_engine/backends/ (each one

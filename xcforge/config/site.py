@@ -15,9 +15,9 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from ocicore.errors import ConfigError
 from xcforge.config.matrix import EnvName, HostName, Matrix, NoProxy, Url, _format_errors, _shown, _suggest
 from xcforge.config.yaml_source import load_yaml
+from xcforge.errors import ConfigError
 from xcforge.paths import REPO_ROOT
 
 # Written by scripts/provision.sh on machines that cannot pull vendor bases (git-ignored): used when

@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from ocicore.errors import ConfigError
+from xcforge.errors import ConfigError
 
 Lines = dict[tuple, int]
 

@@ -20,10 +20,11 @@ from typing import Any
 import yaml
 
 from ocicore.digest import SHA256_DIGEST
-from ocicore.errors import ConfigError, VerificationFailed
 from ocicore.registry import Reference
+from signing.errors import VerificationFailed
 from xcforge import __version__
 from xcforge.config.matrix import Matrix, Target
+from xcforge.errors import ConfigError
 from xcforge.generated import Generated, remove_or_check, write_or_check
 from xcforge.paths import REPO_ROOT
 from xcforge.plan.build_plan import image_repository

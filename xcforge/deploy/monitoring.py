@@ -20,10 +20,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ocicore.errors import ConfigError
 from xcforge import __version__
 from xcforge.config.matrix import DeviceExporter, Matrix, Target
 from xcforge.deploy import manifests
+from xcforge.errors import ConfigError
 from xcforge.generated import Generated, remove_or_check, write_or_check
 from xcforge.paths import REPO_ROOT
 

@@ -17,9 +17,9 @@ from typing import Literal
 
 from packaging.version import Version
 
-from ocicore.errors import ConfigError
 from xcforge.config.matrix import Matrix, Target
 from xcforge.config.site import REGISTRY_PREFIX_RE, SiteConfig
+from xcforge.errors import ConfigError
 from xcforge.paths import DIST_DIR, REPO_ROOT
 from xcforge.plan.verification import PlatformVerification, label_value, planned
 
@@ -145,7 +145,7 @@ def named_contexts_for(matrix: Matrix, target: Target, work: Path) -> dict[str, 
     """The named build contexts every Dockerfile mounts (the committed docker-bake.hcl names the
     same ones under dist/.contexts; a site's wheelhouse replaces `wheels`)."""
     return {
-        "engine": work / "engine",  # the xcforge-engine wheel (build/engine_wheel.py)
+        "engine": work / "engine",  # the xcforge-engine wheel (xcforge/bake/engine_wheel.py)
         "support": matrix.images_dir / "support",
         "wheels": work / "empty-wheelhouse",
         "sdists": work / "sdists" / target.name,  # the engine sdist of a source-empty target

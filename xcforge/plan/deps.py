@@ -43,10 +43,10 @@ from pathlib import Path
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from ocicore.errors import ConfigError, DependencyConflict, EnvironmentProblem
 from xcforge.config.matrix import Matrix, Target
 from xcforge.config.site import SiteConfig
 from xcforge.console import echo
+from xcforge.errors import ConfigError, DependencyConflict, EnvironmentProblem
 from xcforge.generated import Generated
 from xcforge.plan import placeholders
 from xcforge.plan.locks import deps_path, engine_sdist_pin, pins, read_deps

@@ -10,9 +10,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ocicore.errors import RenderError
 from xcforge import generated
 from xcforge.config.matrix import Matrix
+from xcforge.errors import RenderError
 
 ENGINE_DOC = "docs/engine.md"
 ENGINE_SRC = "images/engine/src"

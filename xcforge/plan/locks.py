@@ -10,8 +10,8 @@ import json
 import re
 from pathlib import Path
 
-from ocicore.errors import ConfigError
 from xcforge.config.matrix import Matrix, Target
+from xcforge.errors import ConfigError
 
 # Engines built from a hash-pinned sdist (locks/engine-sdist.txt) rather than installed as wheels.
 SOURCE_BUILDS = ("source-empty", "llama-server")

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ocicore.errors import RenderError
 from xcforge import generated
 from xcforge.config.matrix import Matrix, Target
+from xcforge.errors import RenderError
 from xcforge.generated import Generated
 
 if TYPE_CHECKING:

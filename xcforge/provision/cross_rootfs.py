@@ -32,8 +32,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ocicore.errors import EnvironmentProblem
 from xcforge.console import echo
+from xcforge.errors import EnvironmentProblem
 from xcforge.shell import run
 
 # The merged-/usr links mmdebstrap (and usrmerge) make: always the first three, the multilib ones

@@ -24,6 +24,7 @@ import os
 import platform
 import re
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -31,8 +32,9 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ocicore.errors import ConfigError, EnvironmentProblem, RegistryError, XcforgeError
+from ocicore.errors import RegistryError
 from ocicore.registry import DOCKER_HUB, Reference, RegistryClient, RegistryNotFound, parse_reference
+from xcforge.errors import KNOWN_ERRORS, ConfigError, EnvironmentProblem, XcforgeError, exit_code
 from xcforge.provision import cross_rootfs
 from xcforge.provision.progress import Progress
 from xcforge.shell import DOCKER, run
@@ -138,7 +140,7 @@ def parse_ref(ref: str) -> Reference:
 def normalize_ref(ref: str) -> str:
     """Fully qualify an image reference: 'ubuntu' -> 'docker.io/library/ubuntu:latest',
     'nvidia/cuda:12.9.1-base-ubuntu22.04' -> 'docker.io/nvidia/cuda:12.9.1-base-ubuntu22.04'.
-    Raises ConfigError for a reference Docker would not accept."""
+    Raises InvalidReference (exit 2) for a reference Docker would not accept."""
     return str(parse_ref(ref))
 
 
@@ -370,9 +372,10 @@ def ensure_rootfs(
                 with progress.heartbeat(doing):
                     swapped = cross_rootfs.derive_rootfs(derive_from.tarball, arch, sources, partial)
                 key, how = keys[0], f"derived ({len(swapped)} packages swapped, no emulated bootstrap)"
-            except XcforgeError as exc:
+            except (XcforgeError, subprocess.CalledProcessError, OSError) as exc:
                 partial.unlink(missing_ok=True)
-                progress.say(f"rootfs {arch}: deriving failed ({exc.message}); bootstrapping under QEMU instead")
+                why = exc.message if isinstance(exc, XcforgeError) else str(exc)
+                progress.say(f"rootfs {arch}: deriving failed ({why}); bootstrapping under QEMU instead")
         if not partial.exists():
             how = _bootstrap(arch, sources, partial, progress)
         seconds = time.monotonic() - started
@@ -703,11 +706,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return _execute(args)
-    except XcforgeError as exc:
+    except KNOWN_ERRORS as exc:
         if args.debug:
             raise
         print(f"error: {exc.message}", file=sys.stderr)
-        return exc.exit_code
+        return exit_code(exc)
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 130

@@ -49,10 +49,11 @@ from pathlib import Path
 from typing import IO, Any
 
 from ocicore import media
-from ocicore.errors import BuildFailed, ConfigError, RegistryError, XcforgeError
+from ocicore.errors import RegistryError
 from ocicore.registry import Manifest, Reference, RegistryClient, RegistryNotFound, canonical_json, parse_reference
-from xcforge.build.result import BuildResult
+from xcforge.bake.result import BuildResult
 from xcforge.console import say
+from xcforge.errors import KNOWN_ERRORS, BuildFailed, ConfigError, exit_code
 
 LAYER_GZIP = "application/vnd.oci.image.layer.v1.tar+gzip"
 LAYER_TAR = "application/vnd.oci.image.layer.v1.tar"
@@ -454,10 +455,10 @@ def publish_zstd(
             work_dir=work_dir,
             say=lambda m: say(f"[{result.target}] {m}"),
         )
-    except XcforgeError as exc:
+    except KNOWN_ERRORS as exc:
         prefix = "zstd variant: " if not isinstance(exc, RegistryError) else "zstd variant: registry: "
         print(f"error: {result.target}: {prefix}{exc.message}", file=sys.stderr)
-        return PublishOutcome(result.target, error=f"{prefix}{exc.message}", error_code=exc.exit_code)
+        return PublishOutcome(result.target, error=f"{prefix}{exc.message}", error_code=exit_code(exc))
     saved = sum(p.gzip_bytes - p.zstd_bytes for p in variant.platforms)
     note = (
         f"zstd variant {variant.digest[:19]}… ({', '.join(variant.tags) or 'untagged'}): "

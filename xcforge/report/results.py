@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.table import Table
 
-from ocicore.errors import ConfigError, SmokeFailed
 from xcforge import console
-from xcforge.build.result import BuildResult, PlatformResult
+from xcforge.bake.result import BuildResult, PlatformResult
+from xcforge.errors import ConfigError, SmokeFailed
 
 if TYPE_CHECKING:
     from xcforge.publish.zstd import PublishOutcome

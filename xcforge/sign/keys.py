@@ -10,7 +10,8 @@ import os
 import sys
 from pathlib import Path
 
-from ocicore.errors import ConfigError, SigningError
+from signing.errors import SigningError
+from xcforge.errors import ConfigError
 
 SM2_KEY_ENV, COSIGN_KEY_ENV = "XCFORGE_SM2_KEY", "XCFORGE_COSIGN_KEY"
 SM2_PASSWORD_ENV, COSIGN_PASSWORD_ENV = "XCFORGE_SM2_PASSWORD", "XCFORGE_COSIGN_PASSWORD"

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ocicore.errors import ConfigError, XcforgeError
 from signing.audit import AuditLog
-from xcforge.build.result import BuildResult
+from xcforge.bake.result import BuildResult
+from xcforge.errors import KNOWN_ERRORS, ConfigError, exit_code
 
 AUDIT_ENV = "XCFORGE_AUDIT_LOG"
 
@@ -202,8 +202,8 @@ def sign_recorded(result: BuildResult, keys: SigningKeys, audit) -> SignOutcome:
             entry = _as_report_entry(record)
             entry.setdefault("digest", result.digest)
             signatures.append(entry)
-    except XcforgeError as exc:
-        error, error_code = f"signing failed: {exc.message}", exc.exit_code
+    except KNOWN_ERRORS as exc:
+        error, error_code = f"signing failed: {exc.message}", exit_code(exc)
         print(f"error: {result.target}: {error}", file=sys.stderr)
     return SignOutcome(result.target, tuple(signatures), tuple(notes), error, error_code)
 

@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from ocicore import layout, registry
-from ocicore.errors import SmokeFailed
 from xcforge.config.matrix import Target
 from xcforge.console import say
+from xcforge.errors import SmokeFailed
 from xcforge.paths import REPO_ROOT
 from xcforge.shell import run
 from xcforge.smoke import containers
@@ -602,7 +602,7 @@ def smoke_outcome(target: str, checks: list, *, device: bool) -> SmokeOutcome:
 
 def smoke_results(results, request) -> list[SmokeOutcome]:
     """The smoke stage of `build --smoke`: every built or skipped result, one outcome each."""
-    from xcforge.build.docker_env import check_docker
+    from xcforge.bake.docker_env import check_docker
 
     native = check_docker().native_platform
     outcomes = []

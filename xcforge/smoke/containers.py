@@ -14,8 +14,8 @@ import subprocess
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
-from ocicore.errors import ConfigError, EnvironmentProblem
 from xcforge.console import echo
+from xcforge.errors import ConfigError, EnvironmentProblem
 from xcforge.shell import DOCKER, run
 
 REMEDY = "run `sudo scripts/provision.sh` (installs and starts the Docker engine)"

@@ -15,9 +15,9 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from ocicore.errors import EnvironmentProblem
 from xcforge.config.matrix import Matrix, Target
 from xcforge.config.site import SiteConfig, load_site
+from xcforge.errors import EnvironmentProblem
 from xcforge.paths import REPO_ROOT
 from xcforge.plan import deps, locks
 from xcforge.shell import DOCKER, run

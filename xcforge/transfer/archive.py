@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, BinaryIO
 
-from ocicore.errors import BundleDamaged, ConfigError
+from xcforge.errors import BundleDamaged, ConfigError
 
 BLOCK = tarfile.BLOCKSIZE
 CHUNKS_SUFFIX = ".chunks.json"

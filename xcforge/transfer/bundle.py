@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from ocicore.errors import ConfigError, EnvironmentProblem
 from ocicore.media import OCI_INDEX, OCI_LAYOUT_VERSION
 from xcforge import __version__, console
+from xcforge.errors import ConfigError, EnvironmentProblem
 from xcforge.paths import REPO_ROOT
 from xcforge.transfer import manifest as bm
 from xcforge.transfer.archive import CHUNKS_SUFFIX, ChunkedSink, TarStream, locate, open_tar

@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ocicore.errors import ConfigError
 from ocicore.registry import (
     Manifest,
     Reference,
@@ -21,6 +20,7 @@ from ocicore.registry import (
     manifest_children,
 )
 from signing.promote import related_tags
+from xcforge.errors import ConfigError
 
 
 @dataclass(frozen=True)

@@ -25,12 +25,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ocicore.errors import BundleDamaged, ConfigError, RegistryError
+from ocicore.errors import RegistryError
 from ocicore.media import OCI_LAYOUT_VERSION
 from ocicore.registry import Manifest, Reference, RegistryClient, manifest_children
 from signing.promote import merge_manifests
 from xcforge import console
 from xcforge.console import echo
+from xcforge.errors import BundleDamaged, ConfigError
 from xcforge.transfer import manifest as bm
 from xcforge.transfer.archive import BundleFiles, TarStream, locate, open_tar
 from xcforge.transfer.bundle import CONTAINERD_NAME, REF_NAME

@@ -22,7 +22,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ocicore.errors import BundleDamaged, VerificationFailed
+from signing.errors import VerificationFailed
+from xcforge.errors import BundleDamaged
 
 FORMAT = "xcforge-bundle/v1"
 MANIFEST = "xcforge-bundle.json"

@@ -7,8 +7,8 @@ import re
 import subprocess
 from dataclasses import dataclass
 
-from ocicore.errors import EnvironmentProblem
 from xcforge.console import echo
+from xcforge.errors import EnvironmentProblem
 from xcforge.shell import DOCKER
 
 MIN_BUILDX = (0, 11)

@@ -39,7 +39,7 @@ class BuildResult:
     cache_hits: int = 0
     steps: int = 0
     error: str | None = None
-    error_code: int = 0  # the XcforgeError exit code behind `error` (5 build, 6 registry, ...)
+    error_code: int = 0  # the exit code behind `error` (xcforge.errors.exit_code: 5 build, 6 registry, ...)
     signatures: list[dict[str, Any]] = field(default_factory=list)
     # Other compressions of the pushed image (the publish stage, xcforge/publish/zstd.py): per
     # variant {compression, digest, source_digest, refs, platforms: [{platform, digest, ...}], ...}.

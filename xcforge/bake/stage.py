@@ -1,4 +1,4 @@
-"""Build plans → images, with docker buildx: the third arrow of the flow.
+"""The bake stage: build plans → images, with docker buildx: the third arrow of the flow.
 
 Publishing is two-phase so that a failed or interrupted build leaves nothing under the final tags:
 buildx pushes the image by digest only, and the tags are attached afterwards in one quick,
@@ -25,15 +25,18 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 from ocicore import layout, registry
 from ocicore.digest import is_sha256
-from ocicore.errors import BuildFailed, ConfigError, RegistryError, RenderError, XcforgeError
+from ocicore.errors import RegistryError
 from ocicore.layout import attestation_dir, merge_archives
 from ocicore.push import push_layout
 from ocicore.registry import RegistryClient, parse_reference
 from xcforge import console, files
 from xcforge.attest import sbom
 from xcforge.attest.attestations import load_recorded, write_attestations
-from xcforge.build import bake
-from xcforge.build.buildx import (
+from xcforge.bake import definition
+from xcforge.bake.engine_wheel import ensure_engine_wheel
+from xcforge.bake.fingerprint import build_fingerprint, hash_tree
+from xcforge.bake.result import BuildResult, PlatformResult
+from xcforge.bake.runner import (
     RETRYABLE,
     BuilderNode,
     bake_command,
@@ -42,11 +45,9 @@ from xcforge.build.buildx import (
     node_for,
     run_bake,
 )
-from xcforge.build.engine_wheel import ensure_engine_wheel
-from xcforge.build.fingerprint import build_fingerprint, hash_tree
-from xcforge.build.result import BuildResult, PlatformResult
 from xcforge.config.matrix import Matrix
 from xcforge.console import say
+from xcforge.errors import KNOWN_ERRORS, BuildFailed, ConfigError, KnownError, RenderError, exit_code
 from xcforge.plan import locks, placeholders, render_inputs
 from xcforge.plan.build_plan import BuildOptions, BuildPlan, OutputMode, cache_tag
 from xcforge.plan.render import render_target
@@ -299,13 +300,13 @@ def _prepare(
     return _Pending(plan, result, build_args, record_path, work, secret_files, partial, parts, started)
 
 
-def _run_target(pending: _Pending, lane: Lane) -> bake.RunTarget:
+def _run_target(pending: _Pending, lane: Lane) -> definition.RunTarget:
     plan = pending.plan
     platforms, part = pending.parts[lane]
     cache_ref = None
     if plan.output.pushes and plan.site.registry_cache:
         cache_ref = f"{plan.image_repo}:{cache_tag(platforms)}"
-    return bake.RunTarget(
+    return definition.RunTarget(
         name=plan.target.name,
         platforms=platforms,
         args=pending.build_args,
@@ -363,11 +364,11 @@ def _bake_lane(
     while remaining:
         attempt += 1
         runs = [_run_target(p, lane) for p in remaining]
-        run_file = bake.write_run_file(run_dir / f"run-{label}-{attempt}.json", runs)
+        run_file = definition.write_run_file(run_dir / f"run-{label}-{attempt}.json", runs)
         metadata = run_dir / f"metadata-{label}-{attempt}.json"
         names = [r.name for r in runs]
         cmd = bake_command(
-            [request.matrix.root / bake.BAKE_FILE.name, run_file], names, builder=builder, metadata=metadata
+            [request.matrix.root / definition.BAKE_FILE.name, run_file], names, builder=builder, metadata=metadata
         )
         where = f" on builder {builder}" if builder else ""
         with console.group(f"bake {', '.join(names)}{where}"):
@@ -375,7 +376,7 @@ def _bake_lane(
                 cmd,
                 targets=names,
                 cwd=request.matrix.root,
-                env=bake.variables(remaining[0].build_args),
+                env=definition.variables(remaining[0].build_args),
                 log_dir=request.options.dist_dir / "logs",
                 spawned=spawned,
             )
@@ -400,7 +401,7 @@ def _bake_lane(
         for pending in failed:
             reason = failure_reason(outcome.targets[pending.plan.target.name].tail)
             name = pending.plan.target.name
-            error: XcforgeError
+            error: KnownError
             if retryable:
                 error = RegistryError(f"{name}: registry error after {attempt} attempts: {reason}")
             elif builder and _builder_unreachable(reason):
@@ -410,7 +411,7 @@ def _bake_lane(
                 )
             else:
                 error = BuildFailed(f"{name}: build failed{where}: {reason}")
-            pending.result.error, pending.result.error_code = error.message, error.exit_code
+            pending.result.error, pending.result.error_code = error.message, exit_code(error)
             pending.failed_lanes.append(lane)
         remaining = [p for p in remaining if p not in failed]
         if remaining and not request.keep_going:
@@ -442,9 +443,9 @@ def build_all(
         multi_node = {b for b in set(builders.values()) if b and len(request.nodes(b)) > 1}
         try:
             prepared = _prepare(plan, builders, engine_hash, request.options.force, multi_node)
-        except XcforgeError as exc:
+        except KNOWN_ERRORS as exc:
             prepared = _result(plan, "failed")
-            prepared.error, prepared.error_code = exc.message, exc.exit_code
+            prepared.error, prepared.error_code = exc.message, exit_code(exc)
         if isinstance(prepared, BuildResult):
             results[plan.target.name] = prepared
             if prepared.error and not request.keep_going:
@@ -482,8 +483,8 @@ def build_all(
                 _finish(pending.plan, pending.result, pending.partial, pending.record_path, loaded=loaded)
                 pending.result.status = "built"
                 _record_where(pending, request)
-            except XcforgeError as exc:
-                pending.result.error, pending.result.error_code = exc.message, exc.exit_code
+            except KNOWN_ERRORS as exc:
+                pending.result.error, pending.result.error_code = exc.message, exit_code(exc)
             results[name] = pending.result
     finally:
         for pending in pendings:
@@ -609,8 +610,8 @@ def _attach_tags(plan: BuildPlan, digest: str, sources: list[str] | None = None,
     cmd = [DOCKER, "buildx", "imagetools", "create"]
     for ref in plan.refs:
         cmd += ["--tag", ref]
-    if matrix is not None:  # a merged index gets the image's annotations (bake.ANNOTATED_LABELS)
-        for key, value in bake.annotations(matrix, plan.target, plan.build_args).items():
+    if matrix is not None:  # a merged index gets the image's annotations (definition.ANNOTATED_LABELS)
+        for key, value in definition.annotations(matrix, plan.target, plan.build_args).items():
             cmd += ["--annotation", f"index:{key}={value}"]
     cmd += sources or [f"{plan.image_repo}@{digest}"]
     for attempt in range(1, REGISTRY_RETRIES + 1):
@@ -665,13 +666,13 @@ def _prepare_sdists(matrix: Matrix, plan: BuildPlan) -> None:
 def check_rendered(matrix: Matrix, plans: list[BuildPlan], cache_dir: Path) -> None:
     """The committed bake file and the plans' Dockerfiles are what matrix.yaml and templates/
     render now; skipped when none of their inputs changed since the last time they were."""
-    outputs = [matrix.root / bake.BAKE_FILE.name, *(plan.dockerfile for plan in plans)]
+    outputs = [matrix.root / definition.BAKE_FILE.name, *(plan.dockerfile for plan in plans)]
     stamp = render_inputs.Stamp(cache_dir / "rendered.json", render_inputs.digest(matrix, outputs))
     if stamp.current():
         return
-    if bake.write_or_check(matrix, check=True).status != "unchanged":
+    if definition.write_or_check(matrix, check=True).status != "unchanged":
         raise RenderError(
-            f"{matrix.root / bake.BAKE_FILE.name}: out of date with matrix.yaml; "
+            f"{matrix.root / definition.BAKE_FILE.name}: out of date with matrix.yaml; "
             "run `python build.py render --all` (and commit) before building"
         )
     for plan in plans:

@@ -13,8 +13,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ocicore.errors import EnvironmentProblem
-from xcforge.build.fingerprint import hash_tree
+from xcforge.bake.fingerprint import hash_tree
+from xcforge.errors import EnvironmentProblem
 from xcforge.shell import run
 
 _STAMP = ".source-sha256"
