@@ -17,7 +17,7 @@ try:
     from xcforge.cli import main
 except ModuleNotFoundError as exc:
     sys.stderr.write(
-        f"error: missing Python dependency ({exc.name}); run `sudo scripts/provision.sh` or `pip install -e .` first\n"
+        f"error: missing Python dependency ({exc.name}); run `scripts/provision.sh` or `pip install -e .` first\n"
     )
     sys.exit(3)
 

@@ -5,7 +5,9 @@
 # loopback OCI registry, the project's .venv, and the stand-in base images.
 # Idempotent and quiet; a second run only checks and takes a few seconds. See docs/provisioning.md.
 #
-# Usage: scripts/provision.sh [--no-python] [--no-bases] [--status | --plan]
+# Usage: scripts/provision.sh [--no-python] [--no-bases] [--targets T1,T2] [--status | --plan]
+#        --targets: stand-in bases for these matrix targets only (the quick start: its own target);
+#        default every target's. Not root? It runs itself again under sudo.
 # Env:   XCFORGE_REGISTRY_PORT (default 5000); XCFORGE_DEBIAN_MIRROR (Ubuntu: Debian archive URL
 #        for the stand-in bases); XCFORGE_OS_RELEASE (default /etc/os-release);
 #        XCFORGE_HEARTBEAT_S (seconds between the progress lines of a running step, default 15);
@@ -19,14 +21,17 @@ source "$REPO_ROOT/scripts/lib/services.sh"
 source "$REPO_ROOT/scripts/lib/os.sh"
 # shellcheck source=scripts/lib/ubuntu.sh
 source "$REPO_ROOT/scripts/lib/ubuntu.sh"
+# shellcheck source=scripts/lib/root.sh
+source "$REPO_ROOT/scripts/lib/root.sh"
+ARGS=("$@")
 
 TRIXIE_PACKAGES=(docker.io docker-cli docker-buildx cosign)
 # runc, tini: trixie's builds need libc6 >= 2.38 and would drag trixie's libc (and base-files)
 # in; bookworm's satisfy docker.io 26's dependencies. arch-test: mmdebstrap uses it to check that
 # a foreign architecture can run (binfmt). iptables: dockerd's bridge network.
-# skopeo, jq: independent registry inspection in tests.
+# skopeo, jq: independent registry inspection in tests. python3-venv: the .venv (not in every Debian image).
 BOOKWORM_PACKAGES=(
-    ca-certificates curl jq iptables runc tini
+    ca-certificates curl jq iptables runc tini python3-venv
     qemu-user-static binfmt-support arch-test
     docker-registry mmdebstrap skopeo
 )
@@ -40,6 +45,7 @@ PROVISION_LOG=$XCFORGE_LOG_DIR/provision.log
 
 WANT_PYTHON=1
 WANT_BASES=1
+BASE_TARGETS=''
 STATUS_ONLY=0
 PLAN=0
 # The interpreter of .venv (Ubuntu 22.04: python3.11) and where a missing buildx comes from.
@@ -54,6 +60,11 @@ while (($#)); do
     case $1 in
         --no-python) WANT_PYTHON=0 ;;
         --no-bases) WANT_BASES=0 ;;
+        --targets)
+            [[ $# -ge 2 && -n $2 && $2 != -* ]] || { echo "provision: error: --targets needs a comma-separated list of matrix targets (e.g. --targets cpu)" >&2; exit 2; }
+            BASE_TARGETS=$2
+            shift
+            ;;
         --status) STATUS_ONLY=1 ;;
         --plan) PLAN=1 ;;
         -h | --help) usage; exit 0 ;;
@@ -437,12 +448,15 @@ build_bases() {
         say "stand-in bases" "${summary##*$'\n'}"
         return
     fi
-    printf '+ python -m xcforge.provision.standin --registry %s --matrix matrix.yaml\n' "$XCFORGE_REGISTRY" >>"$PROVISION_LOG"
+    local only=() target targets=()
+    IFS=, read -ra targets <<<"$BASE_TARGETS"
+    for target in "${targets[@]}"; do only+=(--target "$target"); done
+    printf '+ python -m xcforge.provision.standin --registry %s --matrix matrix.yaml %s\n' "$XCFORGE_REGISTRY" "${only[*]}" >>"$PROVISION_LOG"
     # Its progress lines (which image, rootfs or build, elapsed seconds) come here on fd 3; the
     # commands' own output goes to the log; the summary is its last stdout line.
     {
         summary=$(cd "$REPO_ROOT" && XCFORGE_PROGRESS_FD=3 "$py" -m xcforge.provision.standin --registry "$XCFORGE_REGISTRY" \
-            --matrix matrix.yaml 2>>"$PROVISION_LOG") || rc=$?
+            --matrix matrix.yaml "${only[@]}" 2>>"$PROVISION_LOG") || rc=$?
     } 3>&1
     if ((rc)); then
         printf 'provision: error: stand-in bases failed (exit %s); last lines of %s:\n' "$rc" "$PROVISION_LOG" >&2
@@ -608,7 +622,7 @@ main() {
         exit 0
     fi
 
-    [[ $EUID -eq 0 ]] || die "run as root (it installs packages and starts daemons)"
+    become_root "${BASH_SOURCE[0]}" "${ARGS[@]}" # it installs packages and starts daemons
     if [[ $OS_FAMILY == ubuntu ]] && ((WANT_BASES)); then ubuntu_check_mirror; fi
     mkdir -p "$XCFORGE_LOG_DIR" "$XCFORGE_RUN_DIR" "$XCFORGE_STATE_DIR"
     printf '\n=== provision %s\n' "$(date -Is)" >>"$PROVISION_LOG"

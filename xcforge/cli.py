@@ -124,7 +124,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if debug:
             traceback.print_exc()
         print(
-            f"error: missing Python dependency ({exc.name}); run `sudo scripts/provision.sh` or `pip install -e .`",
+            f"error: missing Python dependency ({exc.name}); run `scripts/provision.sh` or `pip install -e .`",
             file=sys.stderr,
         )
         return 3

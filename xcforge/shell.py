@@ -43,5 +43,5 @@ def run(
         )
     except FileNotFoundError as exc:
         raise EnvironmentProblem(
-            f"'{argv[0]}' is not installed or not on PATH; run `sudo scripts/provision.sh` to install it"
+            f"'{argv[0]}' is not installed or not on PATH; run `scripts/provision.sh` to install it"
         ) from exc

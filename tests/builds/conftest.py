@@ -64,7 +64,7 @@ def registry() -> str:
     try:
         requests.get(f"http://{REGISTRY}/v2/", timeout=5).raise_for_status()
     except requests.RequestException as exc:
-        pytest.fail(f"no registry at {REGISTRY} ({exc}); run `sudo scripts/provision.sh` first")
+        pytest.fail(f"no registry at {REGISTRY} ({exc}); run `scripts/provision.sh` first")
     return REGISTRY
 
 

@@ -12,7 +12,7 @@ from xcforge.errors import EnvironmentProblem
 from xcforge.shell import DOCKER
 
 MIN_BUILDX = (0, 11)
-REMEDY = "run `sudo scripts/provision.sh` (installs and starts Docker with buildx and the containerd image store)"
+REMEDY = "run `scripts/provision.sh` (installs and starts Docker with buildx and the containerd image store)"
 
 
 @dataclass(frozen=True)

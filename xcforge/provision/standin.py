@@ -6,7 +6,12 @@ for linux/amd64 and linux/arm64, labelled with the original reference and pushed
 as ``<registry>/standin/<fully qualified original ref>``. A stand-in is never reported as the vendor
 image; the label ``io.xcforge.stand-in`` and the file ``/etc/xcforge-stand-in`` say what it stands for.
 
+The native architecture's rootfs is bootstrapped by mmdebstrap; the other one is derived from it without
+emulation (xcforge.provision.cross_rootfs: seconds instead of minutes under QEMU; --emulate-foreign
+bootstraps it under QEMU instead).
+
     python -m xcforge.provision.standin                         # every base in matrix.yaml
+    python -m xcforge.provision.standin --target cpu            # the cpu target's base only
     python -m xcforge.provision.standin --image nvidia/cuda:12.9.1-base-ubuntu22.04
     python -m xcforge.provision.standin --list                  # original -> stand-in, builds nothing
     python -m xcforge.provision.standin --check                 # which stand-ins are up to date, builds nothing
@@ -563,8 +568,9 @@ def matrix_layouts(matrix_path: Path) -> dict[str, Layout]:
     return layouts
 
 
-def matrix_bases(matrix_path: Path) -> list[str]:
-    """The base image refs of every target in matrix.yaml (each needs a stand-in here)."""
+def matrix_bases(matrix_path: Path, targets: Sequence[str] = ()) -> list[str]:
+    """The base image refs of every target in matrix.yaml, or of the named ones (each needs a stand-in
+    here)."""
     try:
         from xcforge.config.matrix import load_matrix  # optional until the matrix module lands
     except ImportError as exc:
@@ -574,8 +580,16 @@ def matrix_bases(matrix_path: Path) -> list[str]:
     if not matrix_path.is_file():
         raise ConfigError(f"{matrix_path} not found; pass --matrix FILE or --image REF")
     matrix = load_matrix(matrix_path)
+    unknown = sorted(set(targets) - set(matrix.targets))
+    if unknown:
+        raise ConfigError(
+            f"{matrix_path}: no target {', '.join(map(repr, unknown))} (targets: {', '.join(matrix.targets)}); "
+            "pass --target with one of those"
+        )
     refs: list[str] = []
     for name, target in matrix.targets.items():
+        if targets and name not in targets:
+            continue
         unsupported = sorted(set(target.platforms) - set(PLATFORMS))
         if unsupported:
             raise ConfigError(
@@ -610,6 +624,13 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--matrix", type=Path, help="take the bases of every target in this matrix (default: matrix.yaml)"
     )
+    parser.add_argument(
+        "--target",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="only the bases of this matrix target (repeatable; the quick start makes the cpu target's only)",
+    )
     parser.add_argument("--registry", default=default_registry(), help="registry host[:port] (default: %(default)s)")
     parser.add_argument("--cache-dir", type=Path, default=CACHE_DIR, help="rootfs tarball cache (default: %(default)s)")
     parser.add_argument("--force", action="store_true", help="rebuild and push even if the registry is up to date")
@@ -641,8 +662,8 @@ def _cached(arches: Sequence[str], cache_dir: Path, sources: Path, derived: Sequ
 
 def _refs_from_args(args: argparse.Namespace) -> list[str]:
     refs = list(args.image)
-    if args.matrix is not None or not refs:
-        refs += matrix_bases(args.matrix or Path("matrix.yaml"))
+    if args.matrix is not None or args.target or not refs:
+        refs += matrix_bases(args.matrix or Path("matrix.yaml"), args.target)
     if not refs:
         raise ConfigError("no base images: the matrix has no targets and no --image was given")
     return _dedupe(refs)

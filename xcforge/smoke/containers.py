@@ -18,7 +18,7 @@ from xcforge.console import echo
 from xcforge.errors import ConfigError, EnvironmentProblem
 from xcforge.shell import DOCKER, run
 
-REMEDY = "run `sudo scripts/provision.sh` (installs and starts the Docker engine)"
+REMEDY = "run `scripts/provision.sh` (installs and starts the Docker engine)"
 
 
 @dataclass(frozen=True)
