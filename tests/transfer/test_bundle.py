@@ -347,3 +347,18 @@ def _directory(name: str) -> tarfile.TarInfo:
     info = tarfile.TarInfo(name)
     info.type = tarfile.DIRTYPE
     return info
+
+
+def test_standalone_tool_refuses_a_first_member_that_is_not_a_file(tmp_path):
+    """The standalone verifier says REFUSED (exit 1) for a bundle whose manifest is a directory; it was a
+    traceback (tarfile gives no file object for a directory; found by mypy)."""
+    from xcforge.transfer import manifest as bm
+
+    odd = tmp_path / "odd.tar"
+    with tarfile.open(odd, "w") as tar:
+        tar.addfile(_directory(bm.MANIFEST))
+    tool = [sys.executable, "-I", str(REPO / "tools" / "verify-bundle.py")]
+    proc = subprocess.run([*tool, str(odd), "--sm2-key", str(tmp_path / "unused.pub")], capture_output=True, text=True)
+    assert proc.returncode == 1
+    assert "REFUSED: xcforge-bundle.json: not a plain file" in proc.stderr
+    assert "Traceback" not in proc.stderr
