@@ -17,16 +17,19 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results"
 if str(REPO) not in sys.path:  # `python bench/<name>.py` puts bench/ first on the path, not the checkout
     sys.path.insert(0, str(REPO))
 
-from xcforge.report.results import format_bytes as fmt_bytes  # noqa: E402, F401  (re-exported; after sys.path)
+from xcforge.report.results import format_bytes  # noqa: E402  (after sys.path)
+
+fmt_bytes = format_bytes  # the benchmarks' name for it
 
 BUSY_PATTERN = "pytest|buildx build|buildx bake"
 REGISTRY = os.environ.get("XCFORGE_BENCH_REGISTRY", "127.0.0.1:5000")
@@ -55,7 +58,7 @@ def summarize(seconds: Sequence[float]) -> dict[str, float]:
     }
 
 
-def time_calls(fn, n: int, *, warmup: int = 1) -> list[float]:
+def time_calls(fn: Callable[[], object], n: int, *, warmup: int = 1) -> list[float]:
     """Call fn() n times (after `warmup` untimed calls); each call's duration in seconds."""
     for _ in range(warmup):
         fn()
@@ -94,7 +97,7 @@ def _out(cmd: Sequence[str]) -> str:
     return (proc.stdout or proc.stderr).strip().splitlines()[0] if (proc.stdout or proc.stderr).strip() else ""
 
 
-def machine() -> dict[str, object]:
+def machine() -> dict[str, Any]:
     cpu, mem_kib, os_name = "unknown", 0, "unknown"
     with contextlib.suppress(OSError):
         models = [line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name")]
@@ -154,7 +157,7 @@ def busy_processes() -> list[str]:
     return busy
 
 
-def wait_until_idle(phase: str, *, poll_s: float = 30, limit_s: float = 20 * 60) -> dict[str, object]:
+def wait_until_idle(phase: str, *, poll_s: float = 30, limit_s: float = 20 * 60) -> dict[str, Any]:
     """Wait until no other test run or build is going (`pgrep -f 'pytest|buildx build'`), up to limit_s.
 
     Returns what to record with the phase's numbers: how long we waited and, when the machine never
@@ -182,7 +185,9 @@ def wait_until_idle(phase: str, *, poll_s: float = 30, limit_s: float = 20 * 60)
 
 
 @contextlib.contextmanager
-def measuring(phases: list[dict[str, object]], name: str, *, limit_s: float, watch_s: float = 5):
+def measuring(
+    phases: list[dict[str, Any]], name: str, *, limit_s: float, watch_s: float = 5
+) -> Iterator[dict[str, Any]]:
     """One measurement phase: wait for a quiet machine, then watch it while measuring.
 
     Anything matching BUSY_PATTERN that shows up *during* the phase (polled every watch_s) is
@@ -233,7 +238,7 @@ def git_revision() -> str:
     return proc.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
 
 
-def write_results(name: str, doc: dict[str, object]) -> Path:
+def write_results(name: str, doc: dict[str, Any]) -> Path:
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}.json"
     full = {"benchmark": name, "measured": now_iso(), "revision": git_revision(), "machine": machine(), **doc}
@@ -242,7 +247,7 @@ def write_results(name: str, doc: dict[str, object]) -> Path:
     return path
 
 
-def load_note(phases: Sequence[dict[str, object]]) -> str:
+def load_note(phases: Sequence[dict[str, Any]]) -> str:
     loaded = [p["phase"] for p in phases if p.get("under_load")]
     if not loaded:
         return "measured on a quiet machine"

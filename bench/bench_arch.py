@@ -25,6 +25,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 from _common import REPO, fmt_bytes, fmt_time, log, markdown_table, measuring, write_results
 from bench_builds import copy_project
@@ -49,7 +50,7 @@ def bust(project: Path, target: str) -> None:
         path.write_text(path.read_text() + f"\n# bench {marker}\n")
 
 
-def build(project: Path, target: str, platform: str, dist: Path) -> dict[str, object]:
+def build(project: Path, target: str, platform: str, dist: Path) -> dict[str, Any]:
     cmd = [sys.executable, str(REPO / "build.py"), "--matrix", str(project / "matrix.yaml"), "--target", target,
            "--platform", platform, "--site", str(SITE), "--dist", str(dist), "--force"]  # fmt: skip
     started = time.perf_counter()
@@ -75,7 +76,9 @@ def main() -> int:
     parser.add_argument("--target", action="append", choices=sorted(BUSTS), help="default: cpu and feiteng")
     args = parser.parse_args()
     targets = args.target or ["cpu", "feiteng"]
-    rows, runs, phases = [], [], []
+    rows: list[list[object]] = []
+    runs: list[dict[str, Any]] = []
+    phases: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="xcforge-bench-arch-") as tmp:
         work = Path(tmp)
         for target in targets:

@@ -40,6 +40,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from _common import REPO, load_note, log, markdown_table, measuring, write_results
 
@@ -56,7 +57,7 @@ def _settle(dist: Path) -> None:
     subprocess.run(["sync"], check=True)
 
 
-def _timed(cmd: list[str]) -> tuple[float, float, subprocess.CompletedProcess]:
+def _timed(cmd: list[str]) -> tuple[float, float, subprocess.CompletedProcess[str]]:
     """(wall s, CPU s of the command and every process it waited for, the result). The CPU is
     what the orchestration costs however it overlaps with the bake; BuildKit's own (the daemon's)
     is in neither side's count."""
@@ -114,7 +115,7 @@ def main() -> int:
     # (this sandbox sets it): then every run compiles xcforge's ~100 modules again, 0.1 s that no
     # user's second run pays. Compile them once, untimed, as a user's first run would.
     subprocess.run([sys.executable, "-m", "compileall", "-q", "xcforge", "ocicore", "signing"], cwd=REPO, check=True)
-    phases: list[dict[str, object]] = []
+    phases: list[dict[str, Any]] = []
     rows, results = [], {}
     for target in targets:
         with tempfile.TemporaryDirectory(prefix="xcforge-bench-bake-") as tmp:

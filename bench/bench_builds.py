@@ -32,6 +32,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 from _common import (
     BENCH_PREFIX,
@@ -63,7 +64,7 @@ def copy_project(root: Path) -> Path:
     return root
 
 
-def build(project: Path, dist: Path, target: str, logs: Path, *extra: str) -> dict[str, object]:
+def build(project: Path, dist: Path, target: str, logs: Path, *extra: str) -> dict[str, Any]:
     """One `build.py` run; its wall time and the target's record from dist/report.json."""
     cmd = [sys.executable, str(REPO / "build.py"), "--matrix", str(project / "matrix.yaml"), "--target", target]
     cmd += ["--site", str(SITE), "--registry", BENCH_PREFIX, "--push", "--dist", str(dist)]
@@ -75,7 +76,7 @@ def build(project: Path, dist: Path, target: str, logs: Path, *extra: str) -> di
     wall = time.perf_counter() - started
     logs.mkdir(parents=True, exist_ok=True)
     (logs / f"{target}-{uuid.uuid4().hex[:6]}.log").write_text(proc.stderr)
-    record = {}
+    record: dict[str, Any] = {}
     report = dist / "report.json"
     if report.exists():
         record = next((r for r in json.loads(report.read_text())["results"] if r["target"] == target), {})
@@ -95,7 +96,7 @@ def build(project: Path, dist: Path, target: str, logs: Path, *extra: str) -> di
     }
 
 
-def scenario(name: str, runs: list[dict[str, object]]) -> dict[str, object]:
+def scenario(name: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
     walls = [r["wall_s"] for r in runs]
     durations = [r["duration_s"] for r in runs if r["duration_s"] is not None]
     return {
@@ -109,10 +110,10 @@ def scenario(name: str, runs: list[dict[str, object]]) -> dict[str, object]:
     }
 
 
-def bench_target(target: str, repeats: int, work: Path, wait_s: float) -> tuple[dict[str, object], list[dict]]:
+def bench_target(target: str, repeats: int, work: Path, wait_s: float) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     project = copy_project(work / target / "project")
     dist, logs = work / target / "dist", work / target / "logs"
-    phases: list[dict[str, object]] = []
+    phases: list[dict[str, Any]] = []
 
     with measuring(phases, f"{target}: prime", limit_s=wait_s):
         log(f"{target}: prime build")
@@ -157,7 +158,7 @@ def bench_target(target: str, repeats: int, work: Path, wait_s: float) -> tuple[
     }, phases
 
 
-def render(results: list[dict[str, object]]) -> str:
+def render(results: list[dict[str, Any]]) -> str:
     rows = []
     for res in results:
         for sc in res["scenarios"]:

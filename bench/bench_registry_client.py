@@ -57,6 +57,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypedDict
 
 from _common import (
     REPO,
@@ -161,6 +162,14 @@ def gzip_layer(name: str, size: int) -> tuple[bytes, str]:
     return gzip.compress(plain, compresslevel=1, mtime=0), sha256_digest(plain)
 
 
+class _Shape(TypedDict):
+    """push_index's size arguments."""
+
+    platforms: int
+    layers: int
+    total: int
+
+
 def push_index(
     client: RegistryClient, repository: str, tag: str, *, platforms: int, layers: int, total: int, docker: bool = False
 ) -> Image:
@@ -171,7 +180,7 @@ def push_index(
     each = max(1024, total // distinct)
     blobs, layer_bytes = [], 0
 
-    def layer(name: str) -> tuple[dict, str]:
+    def layer(name: str) -> tuple[dict[str, Any], str]:
         nonlocal layer_bytes
         data, diff_id = gzip_layer(name, each)
         layer_bytes += len(data)
@@ -242,7 +251,7 @@ def _high_water_kib(pid: int) -> int | None:
     return None
 
 
-def run_measured(cmd: list[str], *, cwd: str | None = None, timeout: float = 600) -> dict[str, object]:
+def run_measured(cmd: list[str], *, cwd: str | None = None, timeout: float = 600) -> dict[str, Any]:
     """Run cmd as a new process: wall time, peak RSS (polled every 2 ms), exit status, stdout and stderr."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         started = time.perf_counter()
@@ -271,12 +280,12 @@ def run_measured(cmd: list[str], *, cwd: str | None = None, timeout: float = 600
         }
 
 
-def worker_json(run: dict[str, object]) -> dict[str, object]:
+def worker_json(run: dict[str, Any]) -> dict[str, Any]:
     lines = [line for line in str(run["stdout"]).splitlines() if line.startswith("{")]
     return json.loads(lines[-1]) if lines else {}
 
 
-def first_error_line(run: dict[str, object]) -> str:
+def first_error_line(run: dict[str, Any]) -> str:
     text = str(run.get("stderr") or "") + "\n" + str(run.get("stdout") or "")
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     fatal = [line for line in lines if "fatal" in line.lower() or "error" in line.lower()]
@@ -288,7 +297,7 @@ def _short(error: object) -> object:
     return re.sub(r"\?_state=[^:\s]*", "?_state=…", error) if isinstance(error, str) else error
 
 
-def copy_with(tool: str, source: str, target: str, oras_python: str | None) -> dict[str, object]:
+def copy_with(tool: str, source: str, target: str, oras_python: str | None) -> dict[str, Any]:
     """One copy of `source` (host/repo@digest) to `target` (host/repo:tag) as a new process."""
     if tool == "ocicore":
         run = run_measured([VENV_PYTHON, "-c", OCICORE_WORKER, source, target], cwd=str(REPO))
@@ -319,9 +328,11 @@ def copy_with(tool: str, source: str, target: str, oras_python: str | None) -> d
 # --------------------------------------------------------------------------- the measurements
 
 
-def bench_copies(tools: list[str], source: RegistryProcess, image: Image, runs: int, oras_python: str | None):
+def bench_copies(
+    tools: list[str], source: RegistryProcess, image: Image, runs: int, oras_python: str | None
+) -> tuple[dict[str, list[dict[str, Any]]], dict[str, list[dict[str, Any]]]]:
     """Each tool, `runs` times, into a fresh registry each time; then within the source registry."""
-    cross: dict[str, list[dict[str, object]]] = {tool: [] for tool in tools}
+    cross: dict[str, list[dict[str, Any]]] = {tool: [] for tool in tools}
     for n in range(runs):
         for tool in tools:  # interleaved, so a slow minute of the machine hits every tool alike
             with RegistryProcess() as target:
@@ -334,7 +345,7 @@ def bench_copies(tools: list[str], source: RegistryProcess, image: Image, runs: 
                 result["verified"] = verify_copy(RegistryClient(target.address), REPOSITORY, image)
             cross[tool].append(result)
             log(f"copy {n + 1}/{runs} {tool}: {fmt_time(float(result['process_s']))} ({result['verified']})")
-    within: dict[str, list[dict[str, object]]] = {tool: [] for tool in tools}
+    within: dict[str, list[dict[str, Any]]] = {tool: [] for tool in tools}
     client = RegistryClient(source.address)
     for n in range(runs):
         for tool in tools:
@@ -351,12 +362,10 @@ def bench_copies(tools: list[str], source: RegistryProcess, image: Image, runs: 
     return cross, within
 
 
-def bench_large(
-    tools: list[str], total: int, oras_python: str | None
-) -> tuple[Image, dict[str, list[dict[str, object]]]]:
+def bench_large(tools: list[str], total: int, oras_python: str | None) -> tuple[Image, dict[str, list[dict[str, Any]]]]:
     """One copy per tool of an index with large layers (2 platforms × 2 layers, 3 distinct): what
     streaming means for memory."""
-    out: dict[str, list[dict[str, object]]] = {}
+    out: dict[str, list[dict[str, Any]]] = {}
     with RegistryProcess() as source:
         image = push_index(RegistryClient(source.address), REPOSITORY, TAG, platforms=2, layers=2, total=total)
         for tool in tools:
@@ -386,7 +395,7 @@ def importtime_cumulative(python: str, module: str, cwd: str) -> float | None:
     return None
 
 
-def bench_startup(runs: int, oras_python: str | None) -> list[dict[str, object]]:
+def bench_startup(runs: int, oras_python: str | None) -> list[dict[str, Any]]:
     with tempfile.TemporaryDirectory() as elsewhere:
         cases = [
             ("python -c pass (.venv)", [VENV_PYTHON, "-c", "pass"], str(REPO), None),
@@ -432,9 +441,9 @@ def corrupt_blob(registry: RegistryProcess, digest: str) -> Path:
     return path
 
 
-def bench_probes(tools: list[str], oras_python: str | None) -> dict[str, dict[str, object]]:
-    probes: dict[str, dict[str, object]] = {}
-    small = {"platforms": 2, "layers": 2, "total": 256 * 1024}
+def bench_probes(tools: list[str], oras_python: str | None) -> dict[str, dict[str, Any]]:
+    probes: dict[str, dict[str, Any]] = {}
+    small: _Shape = {"platforms": 2, "layers": 2, "total": 256 * 1024}
 
     with RegistryProcess() as source:
         image = push_index(RegistryClient(source.address), REPOSITORY, TAG, docker=True, **small)
@@ -540,8 +549,8 @@ def versions(oras_python: str | None) -> dict[str, str]:
     return out
 
 
-def copy_rows(results: dict[str, list[dict[str, object]]], layer_bytes: int) -> list[list[object]]:
-    rows = []
+def copy_rows(results: dict[str, list[dict[str, Any]]], layer_bytes: int) -> list[list[object]]:
+    rows: list[list[object]] = []
     for tool, runs in results.items():
         good = [r for r in runs if r["rc"] == 0 and r["verified"] == "ok"]
         if not good:
@@ -595,7 +604,7 @@ def main(argv: list[str] | None = None) -> int:
         log("no skopeo binary: its rows are skipped")
         tools.remove("skopeo")
     wait_s = args.wait_minutes * 60
-    phases: list[dict[str, object]] = []
+    phases: list[dict[str, Any]] = []
     total = int(args.total_mb * 1e6)
 
     with RegistryProcess() as source:
@@ -605,7 +614,8 @@ def main(argv: list[str] | None = None) -> int:
         log(f"source {source.address}/{REPOSITORY}@{image.digest}: {fmt_bytes(image.layer_bytes)} in layers")
         with measuring(phases, "copies", limit_s=wait_s):
             cross, within = bench_copies(tools, source, image, args.runs, oras_python)
-    large_image, large = None, {}
+    large_image: Image | None = None
+    large: dict[str, list[dict[str, Any]]] = {}
     if args.large_mb > 0:
         with measuring(phases, "large layers", limit_s=wait_s):
             large_image, large = bench_large(tools, int(args.large_mb * 1e6), oras_python)

@@ -43,6 +43,7 @@ import threading
 import time
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from _common import (
     BENCH_PREFIX,
@@ -61,7 +62,10 @@ from _common import (
 from ocicore import registry
 from xcforge.bake.docker_env import check_docker
 from xcforge.config.matrix import load_matrix
-from xcforge.smoke.checks import SmokeSubject, served, tiny_model, wait_healthy
+from xcforge.smoke.checks import ServedContainer, SmokeSubject, served, tiny_model, wait_healthy
+
+if TYPE_CHECKING:
+    from openai import OpenAI
 
 PROMPT = "The quick brown fox jumps over the lazy dog. Tell me a story about a container:"
 CPU_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1"}  # what the serve smoke test gives the cpu image
@@ -83,7 +87,7 @@ def build_cpu_image(work: Path) -> str:
     return f"{record['image_repo']}@{record['digest']}"
 
 
-def pull(ref: str, platform: str) -> dict[str, object]:
+def pull(ref: str, platform: str) -> dict[str, Any]:
     present = subprocess.run(["docker", "image", "inspect", ref], capture_output=True).returncode == 0
     started = time.perf_counter()
     subprocess.run(["docker", "pull", "--platform", platform, "--quiet", ref], check=True, capture_output=True)
@@ -146,7 +150,8 @@ class StatsSampler(threading.Thread):
 
     def __init__(self, name: str) -> None:
         super().__init__(daemon=True)
-        self.name_, self.samples, self._stop_event = name, [], threading.Event()
+        self.name_, self._stop_event = name, threading.Event()
+        self.samples: list[dict[str, float | None]] = []
 
     def run(self) -> None:
         while not self._stop_event.is_set():
@@ -161,13 +166,14 @@ class StatsSampler(threading.Thread):
 # --------------------------------------------------------------------------- load
 
 
-def one_request(client, max_tokens: int, *, stream: bool) -> dict[str, object]:
+def one_request(client: OpenAI, max_tokens: int, *, stream: bool) -> dict[str, Any]:
     """One completion of exactly max_tokens; time to first token too when streamed."""
     started = time.perf_counter()
-    args = {"model": "tiny", "prompt": PROMPT, "max_tokens": max_tokens, "temperature": 0}
+    args: dict[str, Any] = {"model": "tiny", "prompt": PROMPT, "max_tokens": max_tokens, "temperature": 0}
     if not stream:
         out = client.completions.create(**args, extra_body={"ignore_eos": True})
-        return {"ttft_s": None, "total_s": time.perf_counter() - started, "tokens": out.usage.completion_tokens}
+        tokens = out.usage.completion_tokens if out.usage else 0
+        return {"ttft_s": None, "total_s": time.perf_counter() - started, "tokens": tokens}
     first, tokens = None, 0
     chunks = client.completions.create(
         **args, stream=True, stream_options={"include_usage": True}, extra_body={"ignore_eos": True}
@@ -180,7 +186,7 @@ def one_request(client, max_tokens: int, *, stream: bool) -> dict[str, object]:
     return {"ttft_s": first, "total_s": time.perf_counter() - started, "tokens": tokens}
 
 
-def single_stream(client, runs: int, max_tokens: int, *, stream: bool) -> dict[str, object]:
+def single_stream(client: OpenAI, runs: int, max_tokens: int, *, stream: bool) -> dict[str, Any]:
     """`runs` requests one after the other: one user."""
     requests = [one_request(client, max_tokens, stream=stream) for _ in range(runs)]
     tokens = sum(r["tokens"] for r in requests)
@@ -198,7 +204,7 @@ def single_stream(client, runs: int, max_tokens: int, *, stream: bool) -> dict[s
     }
 
 
-def concurrent_load(client, count: int, concurrency: int, max_tokens: int, rounds: int) -> dict[str, object]:
+def concurrent_load(client: OpenAI, count: int, concurrency: int, max_tokens: int, rounds: int) -> dict[str, Any]:
     """`rounds` times: `count` requests, `concurrency` in flight; tokens/s per round, latency per request."""
 
     def one(_: int) -> tuple[float, int]:
@@ -206,7 +212,7 @@ def concurrent_load(client, count: int, concurrency: int, max_tokens: int, round
         out = client.completions.create(
             model="tiny", prompt=PROMPT, max_tokens=max_tokens, temperature=0, extra_body={"ignore_eos": True}
         )
-        return time.perf_counter() - started, out.usage.completion_tokens
+        return time.perf_counter() - started, out.usage.completion_tokens if out.usage else 0
 
     per_round, latencies, tokens_total = [], [], 0
     with concurrent.futures.ThreadPoolExecutor(max_workers=concurrency) as pool:
@@ -234,7 +240,7 @@ def concurrent_load(client, count: int, concurrency: int, max_tokens: int, round
     }
 
 
-def warm_up(client, concurrency: int, max_tokens: int) -> None:
+def warm_up(client: OpenAI, concurrency: int, max_tokens: int) -> None:
     """First requests pay one-off costs (new batch shapes): one streamed request and one full burst."""
     single_stream(client, 1, max_tokens, stream=True)
     concurrent_load(client, concurrency, concurrency, max_tokens, 1)
@@ -255,10 +261,12 @@ def mem_summary(samples: list[dict[str, float | None]]) -> dict[str, float | Non
     }
 
 
-def measure_load(container, args: argparse.Namespace, phases: list[dict], wait_s: float) -> dict[str, object]:
+def measure_load(
+    container: ServedContainer, args: argparse.Namespace, phases: list[dict[str, Any]], wait_s: float
+) -> dict[str, Any]:
     from openai import OpenAI
 
-    load: dict[str, object] = {}
+    load: dict[str, Any] = {}
     client = OpenAI(base_url=f"http://127.0.0.1:{container.port}/v1", api_key="unused", timeout=300)
     with measuring(phases, "warm-up and idle memory", limit_s=wait_s):
         warm_up(client, args.concurrency, args.max_tokens)
@@ -284,7 +292,7 @@ def measure_load(container, args: argparse.Namespace, phases: list[dict], wait_s
     return load
 
 
-def run(args: argparse.Namespace, phases: list[dict]) -> dict[str, object]:
+def run(args: argparse.Namespace, phases: list[dict[str, Any]]) -> dict[str, Any]:
     wait_s = args.wait_minutes * 60
     with tempfile.TemporaryDirectory(prefix="xcforge-bench-serve-") as tmp:
         image = args.image
@@ -320,7 +328,7 @@ def run(args: argparse.Namespace, phases: list[dict]) -> dict[str, object]:
     return {"image": image, "pull": pulled, "starts": starts, **load}
 
 
-def render(res: dict[str, object]) -> str:
+def render(res: dict[str, Any]) -> str:
     pulled = res["pull"]
     start_rows = [
         [
@@ -407,7 +415,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.image and "@sha256:" not in args.image:
         parser.error("--image takes REPO@sha256:..., not a tag")
 
-    phases: list[dict] = []
+    phases: list[dict[str, Any]] = []
     result = run(args, phases)
     print(f"## bench_serve ({load_note(phases)})\n\n{render(result)}\n")
     write_results("bench_serve", {"parameters": vars(args), "phases": phases, "results": result})

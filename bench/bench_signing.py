@@ -31,7 +31,9 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from _common import (
     BENCH_PREFIX,
@@ -63,7 +65,7 @@ SAMPLE_DIGEST = "sha256:" + hashlib.sha256(b"xcforge bench").hexdigest()
 PAYLOAD = simple_signing_payload("127.0.0.1:5000/xcforge/vllm-cpu", SAMPLE_DIGEST)
 
 
-def row(name: str, seconds: list[float], note: str = "") -> dict[str, object]:
+def row(name: str, seconds: list[float], note: str = "") -> dict[str, Any]:
     stats = summarize(seconds)
     return {"operation": name, **stats, "ops_per_s": 1 / stats["median_s"], "note": note}
 
@@ -71,7 +73,7 @@ def row(name: str, seconds: list[float], note: str = "") -> dict[str, object]:
 # --------------------------------------------------------------------------- in-process crypto
 
 
-def bench_ours(runs: int) -> list[dict[str, object]]:
+def bench_ours(runs: int) -> list[dict[str, Any]]:
     key = Sm2PrivateKey.generate()
     signature = key.sign(PAYLOAD)
     assert key.public_key.verify(PAYLOAD, signature)
@@ -101,7 +103,7 @@ def openssl_sm3(data: bytes) -> bytes:
     return digest.finalize()
 
 
-def bench_snowland(runs: int) -> list[dict[str, object]]:
+def bench_snowland(runs: int) -> list[dict[str, Any]]:
     try:
         from pysmx.SM2 import Sign as snowland_sign
         from pysmx.SM2 import Verify as snowland_verify
@@ -114,7 +116,8 @@ def bench_snowland(runs: int) -> list[dict[str, object]]:
 
     def sign() -> bytes:
         k = secrets.randbelow(sm2.SM2P256V1.n - 1) + 1
-        return snowland_sign(PAYLOAD, f"{d:064x}", f"{k:064x}", 64, uid=DISTID)
+        signature: bytes = snowland_sign(PAYLOAD, f"{d:064x}", f"{k:064x}", 64, uid=DISTID)
+        return signature
 
     signature = sign()
     assert snowland_verify(signature.hex(), PAYLOAD, public_hex, 64, uid=DISTID)
@@ -129,7 +132,7 @@ def bench_snowland(runs: int) -> list[dict[str, object]]:
     ]
 
 
-def bench_ecdsa(runs: int) -> list[dict[str, object]]:
+def bench_ecdsa(runs: int) -> list[dict[str, Any]]:
     key = CosignPrivateKey.generate()
     public = key.public_key
     sig = key.sign(PAYLOAD)
@@ -143,7 +146,7 @@ def bench_ecdsa(runs: int) -> list[dict[str, object]]:
 # --------------------------------------------------------------------------- openssl
 
 
-def bench_openssl_processes(runs: int, work: Path) -> list[dict[str, object]]:
+def bench_openssl_processes(runs: int, work: Path) -> list[dict[str, Any]]:
     """One `openssl` process per operation, as a shell pipeline would run it."""
     key = work / "sm2.pem"
     subprocess.run(
@@ -175,7 +178,7 @@ def bench_openssl_processes(runs: int, work: Path) -> list[dict[str, object]]:
     ]
 
 
-def bench_openssl_speed(seconds: int) -> list[dict[str, object]]:
+def bench_openssl_speed(seconds: int) -> list[dict[str, Any]]:
     """OpenSSL's own in-process numbers (`openssl speed`), for scale; one value each, not a distribution."""
     rows = []
     for algorithm, label in (("sm2", "SM2"), ("ecdsap256", "ECDSA P-256")):
@@ -227,13 +230,13 @@ def push_synthetic_image(client: RegistryClient, repository: str) -> str:
     return client.put_manifest(repository, sha256_digest(manifest), manifest, OCI_MANIFEST)
 
 
-def bench_registry(runs: int) -> list[dict[str, object]]:
+def bench_registry(runs: int) -> list[dict[str, Any]]:
     ref = Reference.parse(f"{BENCH_PREFIX}/signing")
     client = RegistryClient(ref.registry)
     sm2_key, cosign_key = Sm2PrivateKey.generate(), CosignPrivateKey.generate()
     digests = [push_synthetic_image(client, ref.repository) for _ in range(runs + 1)]  # +1: the warm-up
 
-    def timed(fn) -> list[float]:
+    def timed(fn: Callable[[str], None]) -> list[float]:
         out = []
         for digest in digests:
             started = time.perf_counter()
@@ -263,7 +266,7 @@ def bench_registry(runs: int) -> list[dict[str, object]]:
 # --------------------------------------------------------------------------- audit log
 
 
-def bench_audit(entries: int, work: Path) -> tuple[list[dict[str, object]], dict[str, object]]:
+def bench_audit(entries: int, work: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     log_path = work / "audit.log.jsonl"
     audit = AuditLog(log_path)
     per_append = []
@@ -291,7 +294,7 @@ def bench_audit(entries: int, work: Path) -> tuple[list[dict[str, object]], dict
 # --------------------------------------------------------------------------- main
 
 
-def render(rows: list[dict[str, object]]) -> str:
+def render(rows: list[dict[str, Any]]) -> str:
     return markdown_table(
         ["operation", "n", "median", "p95", "ops/s (median)", "note"],
         [
@@ -319,7 +322,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--wait-minutes", type=float, default=20, help="wait this long for a quiet machine (0: no)")
     args = parser.parse_args(argv)
 
-    phases, sections = [], {}
+    phases: list[dict[str, Any]] = []
+    sections: dict[str, Any] = {}
     wait_s = args.wait_minutes * 60
     with tempfile.TemporaryDirectory(prefix="xcforge-bench-signing-") as tmp:
         work = Path(tmp)

@@ -35,6 +35,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from _common import (
     REPO,
@@ -61,7 +62,7 @@ UPSTREAM = {  # vLLM's own figures for its gzip and zstd images (issue 21)
 # --------------------------------------------------------------------------- the images
 
 
-def recorded(target: str, dist: Path, publish: bool) -> dict:
+def recorded(target: str, dist: Path, publish: bool) -> dict[str, Any]:
     """The target's record in dist/report.json, with its zstd variant (published first if asked)."""
     if publish:
         cmd = [sys.executable, str(REPO / "build.py"), "zstd", "--target", target, "--dist", str(dist)]
@@ -76,7 +77,8 @@ def recorded(target: str, dist: Path, publish: bool) -> dict:
         raise SystemExit(
             f"{path}: no report; build and push first: build.py --target {target} --registry R --push --zstd"
         )
-    record = next((r for r in json.loads(path.read_text())["results"] if r["target"] == target), None)
+    results: list[dict[str, Any]] = json.loads(path.read_text())["results"]
+    record = next((r for r in results if r["target"] == target), None)
     if record is None or not record.get("digest") or record.get("output") != "push":
         raise SystemExit(
             f"{path}: no pushed build of {target}; run build.py --target {target} --registry R --push --zstd"
@@ -88,7 +90,7 @@ def recorded(target: str, dist: Path, publish: bool) -> dict:
     return record
 
 
-def images(record: dict) -> dict[str, str]:
+def images(record: dict[str, Any]) -> dict[str, str]:
     """compression → REPO@DIGEST."""
     zstd = next(v for v in record["variants"] if v.get("compression") == "zstd")
     return {"gzip": f"{record['image_repo']}@{record['digest']}", "zstd": f"{record['image_repo']}@{zstd['digest']}"}
@@ -115,26 +117,26 @@ class _Inflate:
 
         import zstandard
 
-        self.plain, self._gzip = 0, compression != "zstd"
-        if compression == "zstd":
-            self._z = zstandard.ZstdDecompressor().decompressobj(read_across_frames=True)  # one frame per worker chunk
-        else:
-            self._z = zlib.decompressobj(16 + zlib.MAX_WBITS)  # gzip framing
+        self.plain = 0
+        # One of the two: zstd (one frame per worker chunk), or gzip framing.
+        zstd = compression == "zstd"
+        self._zstd = zstandard.ZstdDecompressor().decompressobj(read_across_frames=True) if zstd else None
+        self._gzip = None if zstd else zlib.decompressobj(16 + zlib.MAX_WBITS)
 
     def write(self, chunk: bytes) -> int:
-        if self._gzip:
+        if self._gzip is not None:
             # Bounded output per call: zlib's unbounded decompress grows one buffer to the whole
             # chunk's inflated size by reallocation, 20x slower here than `gzip -dc` (136 s vs 7 s).
             data = chunk
             while data:
-                self.plain += len(self._z.decompress(data, 1 << 20))
-                data = self._z.unconsumed_tail
-        else:
-            self.plain += len(self._z.decompress(chunk))
+                self.plain += len(self._gzip.decompress(data, 1 << 20))
+                data = self._gzip.unconsumed_tail
+        elif self._zstd is not None:
+            self.plain += len(self._zstd.decompress(chunk))
         return len(chunk)
 
 
-def fetch_and_decompress(refs: dict[str, str], platform: str, rounds: int) -> dict[str, object]:
+def fetch_and_decompress(refs: dict[str, str], platform: str, rounds: int) -> dict[str, Any]:
     """What a cold pull must do before unpacking, measured in-process: every layer of one platform
     fetched from the registry (digest checked) and decompressed, gzip by zlib, zstd by zstandard.
 
@@ -168,7 +170,7 @@ def fetch_and_decompress(refs: dict[str, str], platform: str, rounds: int) -> di
 # --------------------------------------------------------------------------- pull → /health
 
 
-def _docker(*args: str, check: bool = False) -> subprocess.CompletedProcess:
+def _docker(*args: str, check: bool = False) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["docker", *args], capture_output=True, text=True, check=check)
 
 
@@ -183,7 +185,7 @@ def forget_local(repo: str) -> list[str]:
     return before
 
 
-def pull_and_serve(ref: str, subject: SmokeSubject, model: Path, env: dict[str, str]) -> dict[str, object]:
+def pull_and_serve(ref: str, subject: SmokeSubject, model: Path, env: dict[str, str]) -> dict[str, Any]:
     repo = ref.split("@", 1)[0]
     before = forget_local(repo)
     present = _docker("image", "inspect", ref).returncode == 0
@@ -204,11 +206,13 @@ def pull_and_serve(ref: str, subject: SmokeSubject, model: Path, env: dict[str, 
     }
 
 
-def measure(refs: dict[str, str], target_name: str, rounds: int, phases: list[dict], wait_s: float) -> dict:
+def measure(
+    refs: dict[str, str], target_name: str, rounds: int, phases: list[dict[str, Any]], wait_s: float
+) -> dict[str, Any]:
     native = check_docker().native_platform
     target = load_matrix(REPO / "matrix.yaml").target(target_name)
     env = {"VLLM_CPU_KVCACHE_SPACE": "1"} if target.backend == "cpu" else {}  # what the serve smoke test gives it
-    runs: dict[str, list[dict[str, object]]] = {"gzip": [], "zstd": []}
+    runs: dict[str, list[dict[str, Any]]] = {"gzip": [], "zstd": []}
     with tiny_model() as tiny:
         for i in range(rounds):
             order = ("gzip", "zstd") if i % 2 == 0 else ("zstd", "gzip")
@@ -241,8 +245,8 @@ def _ratio(zstd: float | None, gzip: float | None) -> float | None:
     return zstd / gzip if zstd and gzip else None
 
 
-def ratios(size: dict[str, dict[str, int]], timing: dict | None) -> dict[str, object]:
-    out: dict[str, object] = {"size": {p: _ratio(s.get("zstd"), s.get("gzip")) for p, s in size.items()}}
+def ratios(size: dict[str, dict[str, int]], timing: dict[str, Any] | None) -> dict[str, Any]:
+    out: dict[str, Any] = {"size": {p: _ratio(s.get("zstd"), s.get("gzip")) for p, s in size.items()}}
     if timing:
         median = timing["median"]
         for key in ("pull_s", "run_to_health_s", "pull_to_health_s"):
@@ -250,7 +254,7 @@ def ratios(size: dict[str, dict[str, int]], timing: dict | None) -> dict[str, ob
     return out
 
 
-def render(res: dict[str, object]) -> str:
+def render(res: dict[str, Any]) -> str:
     size, ratio = res["size"], res["ratios"]
     size_rows = [
         [p, fmt_bytes(s.get("gzip")), fmt_bytes(s.get("zstd")), f"{ratio['size'][p]:.3f}" if ratio["size"][p] else "-"]
@@ -309,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
 
-    phases: list[dict] = []
+    phases: list[dict[str, Any]] = []
     record = recorded(args.target, args.dist, args.publish)
     refs = images(record)
     size = sizes(refs)

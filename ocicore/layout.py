@@ -11,11 +11,12 @@ import tarfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO, Any
 
 from ocicore.media import OCI_INDEX, OCI_LAYOUT_VERSION, is_attestation, is_index
 
 
-def platform_manifests(index: dict, fetch: Callable[[str], dict]) -> dict[str, tuple[str, int]]:
+def platform_manifests(index: dict[str, Any], fetch: Callable[[str], dict[str, Any]]) -> dict[str, tuple[str, int]]:
     """platform → (manifest digest, compressed bytes = config + layers). Attestations are skipped."""
     if not is_index(index):
         raise ValueError("not an image index")
@@ -41,17 +42,17 @@ def merge_archives(parts: list[Path], dest: Path) -> str:
     so each platform keeps the digest its builder gave it). Returns the new index digest."""
     import hashlib
 
-    manifests: list[dict] = []
-    annotations: dict = {}
-    layout_annotations: dict = {}
+    manifests: list[dict[str, Any]] = []
+    annotations: dict[str, Any] = {}
+    layout_annotations: dict[str, Any] = {}
     seen: set[str] = set()
     with tarfile.open(dest, "w") as out:
         for part in parts:
             with tarfile.open(part) as tar:
-                layout = json.loads(tar.extractfile("index.json").read())  # type: ignore[union-attr]
+                layout = _member_json(tar, "index.json", part)
                 top_descriptor = layout["manifests"][0]
                 top_name = "blobs/" + top_descriptor["digest"].replace(":", "/")
-                top = json.loads(tar.extractfile(top_name).read())  # type: ignore[union-attr]
+                top = _member_json(tar, top_name, part)
                 if "manifests" in top:
                     manifests += top["manifests"]
                     annotations = annotations or top.get("annotations", {})
@@ -86,35 +87,43 @@ def merge_archives(parts: list[Path], dest: Path) -> str:
     return digest
 
 
+def _member_json(tar: tarfile.TarFile, name: str, where: Path) -> dict[str, Any]:
+    """A JSON file of the layout; ValueError when it is not a regular file (KeyError when absent)."""
+    member = tar.extractfile(name)
+    if member is None:
+        raise ValueError(f"{where}: {name} missing")
+    doc: dict[str, Any] = json.loads(member.read())
+    return doc
+
+
 class OciArchive:
     """An OCI image layout in a tar file, as `docker buildx build --output type=oci` writes it."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
 
-    def _read(self, tar: tarfile.TarFile, name: str) -> dict:
-        member = tar.extractfile(name)
-        if member is None:
-            raise ValueError(f"{self.path}: {name} missing")
-        return json.loads(member.read())
+    def _read(self, tar: tarfile.TarFile, name: str) -> dict[str, Any]:
+        return _member_json(tar, name, self.path)
 
-    def top_descriptor(self, tar: tarfile.TarFile) -> dict:
+    def top_descriptor(self, tar: tarfile.TarFile) -> dict[str, Any]:
         """The descriptor index.json points to (the image index, or a lone manifest)."""
-        return self._read(tar, "index.json")["manifests"][0]
+        descriptor: dict[str, Any] = self._read(tar, "index.json")["manifests"][0]
+        return descriptor
 
-    def blob(self, tar: tarfile.TarFile, digest: str) -> dict:
-        return json.loads(self.open_blob(tar, digest).read())
+    def blob(self, tar: tarfile.TarFile, digest: str) -> dict[str, Any]:
+        doc: dict[str, Any] = json.loads(self.open_blob(tar, digest).read())
+        return doc
 
-    def top_index(self) -> tuple[str, dict]:
+    def top_index(self) -> tuple[str, dict[str, Any]]:
         """(digest, content) of the image index the layout's index.json points to."""
         with tarfile.open(self.path) as tar:
             layout = self._read(tar, "index.json")
             descriptor = layout["manifests"][0]
             return descriptor["digest"], self.blob(tar, descriptor["digest"])
 
-    def configs(self) -> dict[str, dict]:
+    def configs(self) -> dict[str, dict[str, Any]]:
         """platform → image config, like image_configs() for a registry reference."""
-        out: dict[str, dict] = {}
+        out: dict[str, dict[str, Any]] = {}
         with tarfile.open(self.path) as tar:
             layout = self._read(tar, "index.json")
             top = self.blob(tar, layout["manifests"][0]["digest"])
@@ -137,7 +146,7 @@ class OciArchive:
                 return {"single": (descriptor["digest"], size)}
             return platform_manifests(top, lambda d: self.blob(tar, d))
 
-    def open_blob(self, tar: tarfile.TarFile, digest: str):
+    def open_blob(self, tar: tarfile.TarFile, digest: str) -> IO[bytes]:
         algo, hexdigest = digest.split(":", 1)
         member = tar.extractfile(f"blobs/{algo}/{hexdigest}")
         if member is None:
@@ -181,9 +190,9 @@ class OciArchive:
 class PlatformImage:
     platform: str
     digest: str
-    descriptor: dict  # as the index lists it: mediaType, size, digest
-    manifest: dict
-    config: dict
+    descriptor: dict[str, Any]  # as the index lists it: mediaType, size, digest
+    manifest: dict[str, Any]
+    config: dict[str, Any]
     statements: list[tuple[str, bytes]]  # (predicate type, in-toto statement) from BuildKit
 
 

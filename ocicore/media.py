@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 OCI_CONFIG = "application/vnd.oci.image.config.v1+json"
@@ -17,11 +19,11 @@ IMAGE_MANIFEST_TYPES = frozenset({OCI_MANIFEST, DOCKER_MANIFEST})
 MANIFEST_MEDIA_TYPES = (OCI_INDEX, OCI_MANIFEST, DOCKER_MANIFEST_LIST, DOCKER_MANIFEST)
 
 
-def is_index(descriptor_or_doc: dict) -> bool:
+def is_index(descriptor_or_doc: dict[str, Any]) -> bool:
     return descriptor_or_doc.get("mediaType") in INDEX_MEDIA_TYPES or "manifests" in descriptor_or_doc
 
 
-def is_attestation(descriptor: dict) -> bool:
+def is_attestation(descriptor: dict[str, Any]) -> bool:
     """BuildKit's attestation manifests sit in the index as platform unknown/unknown."""
     annotations = descriptor.get("annotations") or {}
     return annotations.get("vnd.docker.reference.type") == "attestation-manifest" or (

@@ -12,15 +12,18 @@ from __future__ import annotations
 import json
 import sys
 import tarfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 from ocicore.layout import OciArchive
 from ocicore.media import MANIFEST_MEDIA_TYPES
 from ocicore.registry import RegistryClient, parse_reference
 
 
-def push_layout(archive: Path, repository: str, tags: Iterable[str] = (), *, progress=None) -> str:
+def push_layout(
+    archive: Path, repository: str, tags: Iterable[str] = (), *, progress: Callable[[str], None] | None = None
+) -> str:
     """Upload the archive's image to `repository` (host/path); returns the top digest."""
     ref = parse_reference(repository)
     client = RegistryClient(ref.registry)
@@ -34,7 +37,7 @@ def push_layout(archive: Path, repository: str, tags: Iterable[str] = (), *, pro
 
         uploaded = {"blobs": 0, "bytes": 0, "present": 0}
 
-        def push_manifest(descriptor: dict) -> None:
+        def push_manifest(descriptor: dict[str, Any]) -> None:
             data = read_blob(descriptor["digest"])
             doc = json.loads(data)
             children = doc.get("manifests") or [doc.get("config"), *(doc.get("layers") or [])]
@@ -50,7 +53,7 @@ def push_layout(archive: Path, repository: str, tags: Iterable[str] = (), *, pro
                 client.push_blob(ref.repository, reader.open_blob(tar, child["digest"]), child["digest"])
                 uploaded["blobs"] += 1
                 uploaded["bytes"] += int(child.get("size", 0))
-            media_type = descriptor.get("mediaType") or doc.get("mediaType")
+            media_type: str = descriptor.get("mediaType") or doc.get("mediaType")
             client.put_manifest(ref.repository, descriptor["digest"], data, media_type)
 
         push_manifest(top)
@@ -62,4 +65,5 @@ def push_layout(archive: Path, repository: str, tags: Iterable[str] = (), *, pro
         for tag in tags:
             client.put_manifest(ref.repository, tag, data, top.get("mediaType") or json.loads(data)["mediaType"])
             say(f"tagged {ref.registry}/{ref.repository}:{tag}")
-    return top["digest"]
+    digest: str = top["digest"]
+    return digest

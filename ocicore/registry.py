@@ -28,7 +28,7 @@ import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import IO, Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode, urljoin, urlparse
 
 import requests
@@ -36,21 +36,26 @@ from requests.adapters import HTTPAdapter
 from urllib3.util.retry import Retry
 
 from ocicore import __version__
-from ocicore.digest import is_digest, sha256_digest  # also callers' names for them, from here
-from ocicore.errors import InvalidReference, RegistryError
+
+# `X as X`: explicit re-exports, the names the registry client's callers import from here.
+from ocicore.digest import is_digest as is_digest
+from ocicore.digest import sha256_digest as sha256_digest
+from ocicore.errors import InvalidReference
+from ocicore.errors import RegistryError as RegistryError
 from ocicore.layout import platform_manifests
-from ocicore.media import (  # noqa: F401  (names the registry client's callers import from here)
-    DOCKER_MANIFEST,
-    DOCKER_MANIFEST_LIST,
-    INDEX_MEDIA_TYPES,
-    MANIFEST_MEDIA_TYPES,
-    OCI_CONFIG,
-    OCI_EMPTY,
-    OCI_EMPTY_BLOB,
-    OCI_INDEX,
-    OCI_MANIFEST,
-    is_attestation,
-)
+from ocicore.media import DOCKER_MANIFEST as DOCKER_MANIFEST
+from ocicore.media import DOCKER_MANIFEST_LIST as DOCKER_MANIFEST_LIST
+from ocicore.media import INDEX_MEDIA_TYPES as INDEX_MEDIA_TYPES
+from ocicore.media import MANIFEST_MEDIA_TYPES as MANIFEST_MEDIA_TYPES
+from ocicore.media import OCI_CONFIG as OCI_CONFIG
+from ocicore.media import OCI_EMPTY as OCI_EMPTY
+from ocicore.media import OCI_EMPTY_BLOB as OCI_EMPTY_BLOB
+from ocicore.media import OCI_INDEX as OCI_INDEX
+from ocicore.media import OCI_MANIFEST as OCI_MANIFEST
+from ocicore.media import is_attestation as is_attestation
+
+if TYPE_CHECKING:  # what a streamed blob is read from or written to: anything with read(n) / write(b)
+    from _typeshed import SupportsRead, SupportsWrite
 
 # go-containerregistry's names for Docker Hub; `index.docker.io` is what cosign writes into payloads.
 DOCKER_HUB = "index.docker.io"
@@ -119,7 +124,7 @@ class Reference:
         """What goes after /manifests/: the digest when known, else the tag (default `latest`)."""
         return self.digest or self.tag or "latest"
 
-    def with_digest(self, digest: str) -> Reference:
+    def with_digest(self, digest: str | None) -> Reference:
         return replace(self, digest=digest)
 
     def with_tag(self, tag: str | None) -> Reference:
@@ -145,7 +150,8 @@ class Manifest:
     digest: str
 
     def json(self) -> dict[str, Any]:
-        return json.loads(self.data)
+        doc: dict[str, Any] = json.loads(self.data)
+        return doc
 
     @property
     def is_index(self) -> bool:
@@ -226,7 +232,7 @@ class _RegistryRetry(Retry):
         retries = len(self.history)
         if retries == 0:
             return 0.0
-        return min(self.backoff_factor * 2 ** (retries - 1), _MAX_WAIT)
+        return min(self.backoff_factor * 2.0 ** (retries - 1), _MAX_WAIT)
 
     def parse_retry_after(self, retry_after: str) -> float:
         try:
@@ -487,7 +493,7 @@ class RegistryClient:
             raise RegistryError(f"blob {self.registry}/{repository}@{digest}: content does not match its digest")
         return data
 
-    def download_blob(self, repository: str, digest: str, out: IO[bytes]) -> int:
+    def download_blob(self, repository: str, digest: str, out: SupportsWrite[bytes]) -> int:
         """Stream a blob of any size into `out`, checking the digest; returns its size."""
         response = self._check(
             self.request("GET", f"{repository}/blobs/{digest}", scope=self._scope(repository, "pull"), stream=True),
@@ -503,7 +509,7 @@ class RegistryClient:
             raise RegistryError(f"blob {self.registry}/{repository}@{digest}: content does not match its digest")
         return size
 
-    def push_blob(self, repository: str, data: bytes | IO[bytes], digest: str | None = None) -> str:
+    def push_blob(self, repository: str, data: bytes | SupportsRead[bytes], digest: str | None = None) -> str:
         """Monolithic upload (POST, then PUT with ?digest=). Skipped when the blob exists."""
         if isinstance(data, bytes | bytearray):
             digest = digest or sha256_digest(bytes(data))
@@ -522,7 +528,7 @@ class RegistryClient:
         self._check(response, f"start blob upload to {self.registry}/{repository}", (202,))
         return response.headers["Location"]
 
-    def _finish_upload(self, repository: str, location: str, digest: str, data: bytes | IO[bytes]) -> None:
+    def _finish_upload(self, repository: str, location: str, digest: str, data: bytes | SupportsRead[bytes]) -> None:
         url = urljoin(self.url(""), location)
         url += ("&" if "?" in url else "?") + urlencode({"digest": digest})
         response = self.request(
@@ -596,7 +602,7 @@ def canonical_json(doc: Mapping[str, Any]) -> bytes:
 # Reading images by reference (base images, pushed results), all through RegistryClient.
 
 
-def _client_for(ref: str):
+def _client_for(ref: str) -> tuple[RegistryClient, Reference]:
     """One way of reading a registry: ocicore.registry's client (docker's credentials, http on loopback)."""
     try:
         parsed = parse_reference(ref)
@@ -605,7 +611,7 @@ def _client_for(ref: str):
     return RegistryClient(parsed.registry, retries=2), parsed
 
 
-def _manifest(ref: str):
+def _manifest(ref: str) -> Manifest:
     client, parsed = _client_for(ref)
     try:
         return client.get_manifest(parsed.repository, parsed.reference)
@@ -626,7 +632,7 @@ def exists(ref: str) -> bool:
     return True
 
 
-def describe(ref: str, *, retries: int = 4) -> tuple[str, dict[str, dict]]:
+def describe(ref: str, *, retries: int = 4) -> tuple[str, dict[str, dict[str, Any]]]:
     """(the digest `ref` points to, platform → image config blob read from the registry as-is),
     in one pass: the top manifest is read once for both.
 
@@ -639,7 +645,7 @@ def describe(ref: str, *, retries: int = 4) -> tuple[str, dict[str, dict]]:
     client = RegistryClient(parsed.registry, retries=retries)
     top = client.get_manifest(parsed.repository, parsed.reference)
     descriptors = top.json().get("manifests") if top.is_index else [{"digest": top.digest}]
-    out: dict[str, dict] = {}
+    out: dict[str, dict[str, Any]] = {}
     for descriptor in descriptors or []:
         if is_attestation(descriptor):
             continue
@@ -649,12 +655,12 @@ def describe(ref: str, *, retries: int = 4) -> tuple[str, dict[str, dict]]:
     return top.digest, out
 
 
-def image_configs(ref: str) -> dict[str, dict]:
+def image_configs(ref: str) -> dict[str, dict[str, Any]]:
     """platform → image config blob (describe's second half)."""
     return describe(ref)[1]
 
 
-def config_labels(configs: Mapping[str, dict]) -> dict[str, dict[str, str]]:
+def config_labels(configs: Mapping[str, dict[str, Any]]) -> dict[str, dict[str, str]]:
     """platform → its image config's labels."""
     return {platform: (config.get("config") or {}).get("Labels") or {} for platform, config in configs.items()}
 
@@ -663,7 +669,7 @@ def labels(ref: str) -> dict[str, dict[str, str]]:
     return config_labels(image_configs(ref))
 
 
-def raw(ref: str) -> dict:
+def raw(ref: str) -> dict[str, Any]:
     return _manifest(ref).json()
 
 

@@ -13,6 +13,7 @@ export PATH="$PWD/.venv/bin:/usr/bin:$PATH"
 
 ruff check .
 ruff format --check .
+mypy
 python build.py render --all --check
 python build.py deps --all --check
 python build.py workflows --check

@@ -14,9 +14,12 @@ This package knows nothing about builds: it signs a digest and verifies a digest
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING
 
 # The public names, loaded on first use: `import signing.sm3` need not import every scheme and
-# the registry code (a build imports signing for one attestation helper).
+# the registry code (a build imports signing for one attestation helper). None may share its name
+# with a submodule: once imported, `signing.promote` is the module whatever __getattr__ says (the
+# function is `signing.promote.promote`).
 _EXPORTS = {
     "AuditLog": "signing.audit",
     "CosignPrivateKey": "signing.cosign_keys",
@@ -31,7 +34,6 @@ _EXPORTS = {
     "load_cosign_public_key": "signing.cosign_keys",
     "load_sm2_private_key": "signing.sm2_keys",
     "load_sm2_public_key": "signing.sm2_keys",
-    "promote": "signing.promote",
     "sign_archive": "signing.sign",
     "sign_digest": "signing.sign",
     "verify_archive": "signing.verify",
@@ -40,7 +42,28 @@ _EXPORTS = {
 }
 
 
-def __getattr__(name: str):
+if TYPE_CHECKING:  # the same names for the type checker (tests/signing/test_signing_exports.py keeps them equal)
+    from signing.audit import AuditLog as AuditLog
+    from signing.audit import verify_audit_log as verify_audit_log
+    from signing.cosign_keys import CosignPrivateKey as CosignPrivateKey
+    from signing.cosign_keys import CosignPublicKey as CosignPublicKey
+    from signing.cosign_keys import load_cosign_private_key as load_cosign_private_key
+    from signing.cosign_keys import load_cosign_public_key as load_cosign_public_key
+    from signing.promote import PromotionResult as PromotionResult
+    from signing.sign import SignatureRecord as SignatureRecord
+    from signing.sign import sign_archive as sign_archive
+    from signing.sign import sign_digest as sign_digest
+    from signing.sm2_keys import Sm2PrivateKey as Sm2PrivateKey
+    from signing.sm2_keys import Sm2PublicKey as Sm2PublicKey
+    from signing.sm2_keys import load_sm2_private_key as load_sm2_private_key
+    from signing.sm2_keys import load_sm2_public_key as load_sm2_public_key
+    from signing.verify import SignatureCheck as SignatureCheck
+    from signing.verify import VerificationReport as VerificationReport
+    from signing.verify import verify_archive as verify_archive
+    from signing.verify import verify_image as verify_image
+
+
+def __getattr__(name: str) -> object:
     if name in _EXPORTS:
         return getattr(importlib.import_module(_EXPORTS[name]), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -40,14 +40,14 @@ from ocicore.registry import (
 )
 from signing import cosign_format, sm2, sm2_format
 from signing.cosign_keys import CosignPublicKey
-from signing.intoto import (  # noqa: F401  (statement and the predicates: re-exported for callers)
-    IN_TOTO_PAYLOAD_TYPE,
-    PROVENANCE_PREDICATES,
-    SBOM_PREDICATE,
-    STATEMENT_TYPE,
-    pae,
-    statement,
-)
+
+# `X as X`: the statement and the predicates, re-exported for callers.
+from signing.intoto import IN_TOTO_PAYLOAD_TYPE as IN_TOTO_PAYLOAD_TYPE
+from signing.intoto import PROVENANCE_PREDICATES as PROVENANCE_PREDICATES
+from signing.intoto import SBOM_PREDICATE as SBOM_PREDICATE
+from signing.intoto import STATEMENT_TYPE as STATEMENT_TYPE
+from signing.intoto import pae as pae
+from signing.intoto import statement as statement
 from signing.signers import Signer
 from signing.sm2_keys import Sm2PublicKey
 from signing.store import (
@@ -126,14 +126,18 @@ def open_envelope(data: bytes) -> Opened:
     return Opened(payload, signatures)
 
 
-def signed_by(opened: Opened, scheme: str, key, dist_id: bytes = sm2.DEFAULT_DIST_ID) -> bool:
+def signed_by(
+    opened: Opened, scheme: str, key: Sm2PublicKey | CosignPublicKey, dist_id: bytes = sm2.DEFAULT_DIST_ID
+) -> bool:
+    """True when one of the envelope's signatures is `key`'s (a key of the `scheme` named)."""
     if opened.payload is None:
         return False
     message = pae(IN_TOTO_PAYLOAD_TYPE, opened.payload)
     for _key_id, signature in opened.signatures:
-        if scheme == sm2_format.SCHEME and key.verify(message, signature, dist_id=dist_id):
-            return True
-        if scheme == cosign_format.SCHEME and key.verify(message, signature):
+        if scheme == sm2_format.SCHEME and isinstance(key, Sm2PublicKey):
+            if key.verify(message, signature, dist_id=dist_id):
+                return True
+        elif scheme == cosign_format.SCHEME and isinstance(key, CosignPublicKey) and key.verify(message, signature):
             return True
     return False
 

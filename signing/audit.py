@@ -38,15 +38,18 @@ import json
 import os
 import re
 import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from signing.errors import InvalidSigningRequest, VerificationFailed
 from signing.sm3 import sm3_hex
+
+if TYPE_CHECKING:  # annotations only: the log itself never loads keys
+    from signing.sm2_keys import Sm2PrivateKey, Sm2PublicKey
 
 DEFAULT_AUDIT_LOG = Path("dist/audit.log.jsonl")
 GENESIS = "0" * 64
@@ -132,6 +135,13 @@ class AuditVerification:
     pruned_before: int = 0  # the first seq still present (entries before it were pruned by policy)
 
 
+class _Extent(TypedDict):
+    """The AuditVerification fields every verdict past the chain walk carries."""
+
+    segments: int
+    pruned_before: int
+
+
 class AuditLog:
     """`AuditLog(path).record("sign", digest=..., key_id=..., result="ok")`."""
 
@@ -140,7 +150,7 @@ class AuditLog:
         self.head_path = self.path.with_name(self.path.name + ".head")
 
     @contextmanager
-    def _locked(self):
+    def _locked(self) -> Iterator[int]:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
         try:
@@ -198,7 +208,7 @@ class AuditLog:
         actor: str | None = None,
         now: datetime | None = None,
         signature: str | None = None,
-        _sign=None,
+        _sign: Callable[[int, str], str] | None = None,
     ) -> dict[str, Any]:
         if action not in ACTIONS:
             raise InvalidSigningRequest(f"unknown audit action {action!r} (known: {', '.join(sorted(ACTIONS))})")
@@ -229,7 +239,7 @@ class AuditLog:
             self._write_head(AuditHead(seq + 1, entry["hash"]))
         return entry
 
-    def checkpoint(self, private_key, *, actor: str | None = None) -> dict[str, Any]:
+    def checkpoint(self, private_key: Sm2PrivateKey, *, actor: str | None = None) -> dict[str, Any]:
         """Sign the chain head with the SM2 key (see the module docstring)."""
 
         def sign(count: int, head: str) -> str:
@@ -321,7 +331,7 @@ def verify_audit_log(
     path: os.PathLike[str] | str = DEFAULT_AUDIT_LOG,
     *,
     expected_head: AuditHead | None = None,
-    sm2_public=None,
+    sm2_public: Sm2PublicKey | None = None,
 ) -> AuditVerification:
     """Check the chain through every segment, then the head (the file's, or `expected_head` from
     elsewhere), then, given the SM2 public key, every checkpoint's signature."""
@@ -329,7 +339,7 @@ def verify_audit_log(
     files = [*log.segments(), log.path]
     if not log.path.exists() and len(files) == 1:
         return AuditVerification(False, 0, GENESIS, f"{log.path} does not exist")
-    entries: list[tuple[str, int, dict]] = []
+    entries: list[tuple[str, int, dict[str, Any]]] = []
     for file in files:
         try:
             raw = file.read_bytes()
@@ -377,7 +387,7 @@ def verify_audit_log(
             signed, last_signed_seq = signed + 1, seq
         prev, seq = entry["hash"], seq + 1
     head = expected_head if expected_head is not None else log.head()
-    result = {"segments": len(files), "pruned_before": first_seq}
+    result: _Extent = {"segments": len(files), "pruned_before": first_seq}
     if head is None:
         if seq:
             problem = f"{log.head_path} is missing: cannot rule out a cut at the end"

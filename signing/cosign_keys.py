@@ -16,10 +16,12 @@ import hashlib
 import json
 import os
 from dataclasses import dataclass, field
+from typing import overload
 
 from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes, PublicKeyTypes
 from cryptography.hazmat.primitives.kdf.scrypt import Scrypt
 
 from signing import secretbox
@@ -135,7 +137,7 @@ def load_cosign_private_key(
     return CosignPrivateKey(_require_p256(_load_der_private(bytes(data), pw, source), source))
 
 
-def _load_der_private(der: bytes, password: bytes | None, source: str):
+def _load_der_private(der: bytes, password: bytes | None, source: str) -> PrivateKeyTypes:
     try:
         return serialization.load_der_private_key(der, password or None)
     except TypeError as exc:
@@ -167,7 +169,15 @@ def _open_sigstore_document(raw: bytes, password: bytes, source: str) -> bytes:
         raise SigningError(f"{source}: wrong password (set XCFORGE_COSIGN_PASSWORD) or corrupt key") from exc
 
 
-def _require_p256(key, source: str):
+@overload
+def _require_p256(key: PrivateKeyTypes, source: str) -> ec.EllipticCurvePrivateKey: ...
+@overload
+def _require_p256(key: PublicKeyTypes, source: str) -> ec.EllipticCurvePublicKey: ...
+
+
+def _require_p256(
+    key: PrivateKeyTypes | PublicKeyTypes, source: str
+) -> ec.EllipticCurvePrivateKey | ec.EllipticCurvePublicKey:
     if not isinstance(key, ec.EllipticCurvePrivateKey | ec.EllipticCurvePublicKey) or not isinstance(
         key.curve, ec.SECP256R1
     ):

@@ -230,4 +230,4 @@ def verify_keyless(bundle: bytes, digest: str, *, identity: str, issuer: str, of
         raise VerificationFailed(f"keyless bundle is for another digest ({subjects})")
     if statement.get("predicateType") != PREDICATE_TYPE:
         raise VerificationFailed(f"keyless bundle has predicate type {statement.get('predicateType')}")
-    return statement["predicateType"]
+    return PREDICATE_TYPE

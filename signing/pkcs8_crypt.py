@@ -28,7 +28,7 @@ from signing.errors import SigningError
 DEFAULT_ITERATIONS = 600_000
 MAX_ITERATIONS = 10_000_000  # refuse files crafted to burn CPU
 
-_PRFS = {
+_PRFS: dict[str, type[hashes.HashAlgorithm]] = {
     "sha1": hashes.SHA1,
     "sha224": hashes.SHA224,
     "sha256": hashes.SHA256,
@@ -48,7 +48,7 @@ def encrypt_private_key_info(
     padder = padding.PKCS7(128).padder()
     encryptor = Cipher(algorithms.AES(key), modes.CBC(iv)).encryptor()
     ciphertext = encryptor.update(padder.update(private_key_info) + padder.finalize()) + encryptor.finalize()
-    return keys.EncryptedPrivateKeyInfo(
+    encrypted: bytes = keys.EncryptedPrivateKeyInfo(
         {
             "encryption_algorithm": {
                 "algorithm": "pbes2",
@@ -67,6 +67,7 @@ def encrypt_private_key_info(
             "encrypted_data": ciphertext,
         }
     ).dump()
+    return encrypted
 
 
 def decrypt_private_key_info(encrypted: bytes, password: bytes, *, source: str) -> bytes:
@@ -94,7 +95,11 @@ def decrypt_private_key_info(encrypted: bytes, password: bytes, *, source: str) 
     return plain
 
 
-def _fast_path_parameters(algorithm: algos.EncryptionAlgorithm):
+def _fast_path_parameters(
+    algorithm: algos.EncryptionAlgorithm,
+) -> tuple[type[hashes.HashAlgorithm], bytes, int, int, bytes] | None:
+    """(PRF, salt, iterations, key length, IV) for PBES2 + PBKDF2 + AES-CBC, the schemes `cryptography`
+    decrypts here; None for everything else (pycryptodomex's job)."""
     if algorithm["algorithm"].native != "pbes2" or algorithm.kdf != "pbkdf2":
         return None
     cipher = algorithm["parameters"]["encryption_scheme"]["algorithm"].native
@@ -108,9 +113,12 @@ def _fast_path_parameters(algorithm: algos.EncryptionAlgorithm):
 
 def _decrypt_with_pycryptodomex(encrypted: bytes, password: bytes, source: str) -> bytes:
     try:
-        oid, inner, params = PKCS8.unwrap(encrypted, password, max_iteration_count=MAX_ITERATIONS)
+        oid, inner, params = PKCS8.unwrap(  # type: ignore[call-arg]  # the .pyi lacks the runtime's max_iteration_count
+            encrypted, password, max_iteration_count=MAX_ITERATIONS
+        )
     except (ValueError, IndexError, TypeError, KeyError) as exc:
         raise SigningError(f"{source}: wrong password or unsupported key encryption ({exc})") from exc
     # Rebuild the PrivateKeyInfo that unwrap took apart: version 0, AlgorithmIdentifier, key.
-    algorithm = DerSequence([DerObjectId(oid), params] if params else [DerObjectId(oid)])
+    items = [DerObjectId(oid), params] if params else [DerObjectId(oid)]
+    algorithm = DerSequence(items)  # type: ignore[arg-type]  # DER bytes as an item: the runtime takes them, the .pyi not
     return DerSequence([0, algorithm, DerOctetString(inner)]).encode()

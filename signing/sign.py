@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from ocicore.errors import OciError
 from ocicore.registry import Reference, RegistryClient, is_digest
@@ -16,6 +17,9 @@ from signing.payload import simple_signing_payload
 from signing.signers import CosignSigner, Signer, Sm2Signer
 from signing.sm2_keys import Sm2PrivateKey
 from signing.store import AttachResult, attach_signatures, write_detached_signatures
+
+if TYPE_CHECKING:  # signing.attest is imported where attestations are made
+    from signing.attest import AttestResult
 
 
 @dataclass(frozen=True)
@@ -55,7 +59,29 @@ def _records(results: Sequence[AttachResult], repository: str, digest: str) -> l
     return [SignatureRecord(r.scheme, r.key_id, repository, digest, r.location, r.added) for r in results]
 
 
-def _audited(audit: AuditLog | None, signers: Sequence[Signer], digest: str, subject: str, work, action: str = "sign"):
+class _Auditable(Protocol):
+    """What _audited writes an entry for: a SignatureRecord or an AttestationRecord."""
+
+    @property
+    def key_id(self) -> str: ...
+
+    @property
+    def added(self) -> bool: ...
+
+    def audit_details(self) -> dict[str, str]: ...
+
+
+_Record = TypeVar("_Record", bound=_Auditable)
+
+
+def _audited(
+    audit: AuditLog | None,
+    signers: Sequence[Signer],
+    digest: str,
+    subject: str,
+    work: Callable[[], list[_Record]],
+    action: str = "sign",
+) -> list[_Record]:
     """Run `work` and write one audit entry per record it returns, or per signer when it fails."""
     try:
         records = work()
@@ -186,14 +212,14 @@ def attest(
     if archive is not None:
         subject = f"{archive}@{digest}"
 
-        def store():
+        def store() -> list[AttestResult]:
             return write_detached_attestations(archive, digest, statements, signers)
     else:
         ref = repo if isinstance(repo, Reference) else Reference.parse(str(repo))
         registry = client or RegistryClient(ref.registry, insecure=insecure)
         subject = f"{ref.name}@{digest}"
 
-        def store():
+        def store() -> list[AttestResult]:
             return attach_attestations(registry, ref.repository, digest, statements, signers)
 
     def work() -> list[AttestationRecord]:

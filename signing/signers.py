@@ -12,7 +12,8 @@ from signing.sm2_keys import Sm2PrivateKey
 
 
 class Signer(Protocol):
-    scheme: str
+    @property
+    def scheme(self) -> str: ...
 
     @property
     def key_id(self) -> str: ...

@@ -63,7 +63,8 @@ class Sm2PublicKey:
                 "public_key": b"\x04" + self.x.to_bytes(size, "big") + self.y.to_bytes(size, "big"),
             }
         )
-        return spki.dump()
+        der: bytes = spki.dump()
+        return der
 
     def to_pem(self) -> bytes:
         return armor(self.to_der(), "PUBLIC KEY")
@@ -130,7 +131,8 @@ class Sm2PrivateKey:
                 "private_key": self._ec_private_key(with_parameters=False),
             }
         )
-        return info.dump()
+        der: bytes = info.dump()
+        return der
 
     def to_encrypted_der(self, password: bytes | str, *, iterations: int = DEFAULT_PBKDF2_ITERATIONS) -> bytes:
         """PKCS#8 EncryptedPrivateKeyInfo, PBES2 + PBKDF2-HMAC-SHA256 + AES-256-CBC (OpenSSL's default)."""
@@ -247,6 +249,7 @@ def _private_from_der(der: bytes, password: bytes | None, source: str) -> Sm2Pri
         inner = info["private_key"].contents
     except Exception as exc:
         raise SigningError(f"{source}: not a PKCS#8 private key ({exc})") from exc
+    curve: str | None
     if algorithm == SM2_CURVE_OID:
         curve = SM2_CURVE_OID
     elif algorithm == EC_PUBLIC_KEY_OID:

@@ -21,10 +21,11 @@ as with cosign; a scheme with no valid signature does.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import tarfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,6 +35,7 @@ from signing.attest import (
     PROVENANCE_PREDICATES,
     SBOM_PREDICATE,
     AttestationCheck,
+    StoredAttestation,
     check_attestation,
     predicate_of,
     read_attestations,
@@ -140,18 +142,17 @@ def _check(stored: StoredSignature, policy: _Policy) -> SignatureCheck:
     verified_by: str | None = None
     if stored.scheme == sm2_format.SCHEME:
         # Try the key the layer names first; the annotation is only a hint, so then all of them.
-        keys = sorted(policy.sm2_keys, key=lambda k: k.key_id != claimed)
-        for key in keys:
-            if key.verify(stored.payload, signature, dist_id=policy.sm2_dist_id):
-                verified_by = key.key_id
+        for sm2_key in sorted(policy.sm2_keys, key=lambda k: k.key_id != claimed):
+            if sm2_key.verify(stored.payload, signature, dist_id=policy.sm2_dist_id):
+                verified_by = sm2_key.key_id
                 break
     elif stored.scheme == cosign_format.SCHEME:
-        for key in policy.cosign_keys:
-            if key.verify(stored.payload, signature):
-                verified_by = key.key_id
+        for cosign_key in policy.cosign_keys:
+            if cosign_key.verify(stored.payload, signature):
+                verified_by = cosign_key.key_id
                 break
     if verified_by is None:
-        trusted = {k.key_id for k in (*policy.sm2_keys, *policy.cosign_keys)}
+        trusted = {k.key_id for k in policy.sm2_keys} | {k.key_id for k in policy.cosign_keys}
         if stored.scheme == sm2_format.SCHEME:
             dist_id = sm2_format.dist_id_from(stored.annotations)
             if dist_id is not None and dist_id != policy.sm2_dist_id:
@@ -197,7 +198,10 @@ KEYLESS = "keyless"
 
 
 def _required(
-    require: Iterable[str] | None, sm2_keys: Sequence, cosign_keys: Sequence, keyless: bool = False
+    require: Iterable[str] | None,
+    sm2_keys: Sequence[Sm2PublicKey],
+    cosign_keys: Sequence[CosignPublicKey],
+    keyless: bool = False,
 ) -> frozenset[str]:
     given = {sm2_format.SCHEME: bool(sm2_keys), cosign_format.SCHEME: bool(cosign_keys), KEYLESS: keyless}
     if require is None:
@@ -296,8 +300,8 @@ def verify_image(
     if attestations and not problems:
         try:
             platforms = registry_platform_digests(client, ref.repository, digest)
-            sources = {
-                scheme: (lambda d, s=scheme: read_attestations(client, ref.repository, d, s))
+            sources: dict[str, _ReadAttestations] = {
+                scheme: functools.partial(read_attestations, client, ref.repository, scheme=scheme)
                 for scheme in _attestation_schemes(required, sm2_public_keys, cosign_public_keys)
             }
             attested, more, notes = _attestation_checks(
@@ -345,8 +349,8 @@ def verify_archive(
             platforms = _archive_platform_digests(Path(archive), digest)
         except InvalidSigningRequest as exc:
             (problems if attestations == "require" else notes).append(f"attestations not checked: {exc.message}")
-        sources = {
-            scheme: (lambda d, s=scheme: read_detached_attestations(archive, d, s))
+        sources: dict[str, _ReadAttestations] = {
+            scheme: functools.partial(read_detached_attestations, archive, scheme=scheme)
             for scheme in _attestation_schemes(required, sm2_public_keys, cosign_public_keys)
         }
         attested, more, more_notes = _attestation_checks(
@@ -362,7 +366,9 @@ def verify_archive(
 # ------------------------------------------------------------------------------------------ attestations
 
 
-def _attestation_schemes(required: frozenset[str], sm2_keys: Sequence, cosign_keys: Sequence) -> list[str]:
+def _attestation_schemes(
+    required: frozenset[str], sm2_keys: Sequence[Sm2PublicKey], cosign_keys: Sequence[CosignPublicKey]
+) -> list[str]:
     return [s for s in _schemes_to_read(required, sm2_keys, cosign_keys) if s in FORMATS]
 
 
@@ -405,8 +411,16 @@ def _archive_sbom(archive: Path, platform: str) -> bytes | None:
         return None
 
 
+# platform digest → that scheme's attestations of it (None: none stored)
+_ReadAttestations = Callable[[str], list[StoredAttestation] | None]
+
+
 def _attestation_checks(
-    platforms, sources, read_raw_sbom, policy: _Policy, mode: bool | str
+    platforms: Mapping[str, str],
+    sources: Mapping[str, _ReadAttestations],
+    read_raw_sbom: Callable[[str, str], bytes | None],
+    policy: _Policy,
+    mode: bool | str,
 ) -> tuple[list[AttestationCheck], list[str], list[str]]:
     """Every attestation of every platform; what is missing (problems); notes.
 
@@ -452,14 +466,16 @@ def _invalid(check: AttestationCheck, reason: str) -> AttestationCheck:
     return dataclasses.replace(check, valid=False, reason=reason, statement=None)
 
 
-def _json(data: bytes):
+def _json(data: bytes) -> object:
     try:
         return json.loads(data)
     except ValueError:
         return None
 
 
-def _schemes_to_read(required: frozenset[str], sm2_keys: Sequence, cosign_keys: Sequence) -> list[str]:
+def _schemes_to_read(
+    required: frozenset[str], sm2_keys: Sequence[Sm2PublicKey], cosign_keys: Sequence[CosignPublicKey]
+) -> list[str]:
     schemes = {scheme for scheme in required if scheme in FORMATS}  # keyless bundles are read separately
     if sm2_keys:
         schemes.add(sm2_format.SCHEME)

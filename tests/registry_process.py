@@ -22,7 +22,8 @@ BINARY_CANDIDATES = ("docker-registry", "registry")
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        port: int = sock.getsockname()[1]
+        return port
 
 
 class RegistryProcess:
@@ -34,7 +35,7 @@ class RegistryProcess:
         self.binary = binary
         self.port = _free_port()
         self._tmp = tempfile.TemporaryDirectory(prefix="xcforge-registry-")
-        self._proc: subprocess.Popen | None = None
+        self._proc: subprocess.Popen[str] | None = None
 
     @property
     def address(self) -> str:
@@ -67,7 +68,7 @@ class RegistryProcess:
         raise RuntimeError(f"registry on {self.address} did not start")
 
     @property
-    def process(self) -> subprocess.Popen:
+    def process(self) -> subprocess.Popen[str]:
         assert self._proc is not None
         return self._proc
 

@@ -18,6 +18,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 try:
     import numpy as np
@@ -74,7 +75,7 @@ def train_tokenizer(vocab_size: int) -> Tokenizer:
     return tokenizer
 
 
-def model_config(vocab_size: int, hidden: int, layers: int, heads: int, kv_heads: int, dtype: str) -> dict:
+def model_config(vocab_size: int, hidden: int, layers: int, heads: int, kv_heads: int, dtype: str) -> dict[str, Any]:
     head_dim = hidden // heads
     return {
         "architectures": ["LlamaForCausalLM"],
@@ -102,7 +103,7 @@ def model_config(vocab_size: int, hidden: int, layers: int, heads: int, kv_heads
     }
 
 
-def random_weights(config: dict, seed: int) -> dict[str, np.ndarray]:
+def random_weights(config: dict[str, Any], seed: int) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     dtype = np.float32 if config["torch_dtype"] == "float32" else np.float16
     hidden, inter = config["hidden_size"], config["intermediate_size"]
@@ -140,7 +141,7 @@ def write_model(
     heads: int = 4,
     kv_heads: int = 2,
     dtype: str = "float32",
-) -> dict:
+) -> dict[str, Any]:
     if hidden % heads or hidden // heads != 32:
         raise ValueError("hidden/heads must be 32: vLLM's CPU attention supports head_dim 32, not arbitrary sizes")
     out.mkdir(parents=True, exist_ok=True)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import functools
 import hashlib
 import json
 import os
@@ -27,6 +28,8 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from typing import BinaryIO
 
 MANIFEST = "xcforge-bundle.json"
 SM2_SIGNATURE = MANIFEST + ".sm2"
@@ -43,10 +46,11 @@ class Refused(Exception):
 class Joined:
     """The chunks of a bundle read as one stream (tarfile's streaming mode needs only read())."""
 
-    def __init__(self, paths):
-        self.paths, self.fh = list(paths), None
+    def __init__(self, paths: Iterable[str]) -> None:
+        self.paths = list(paths)
+        self.fh: BinaryIO | None = None
 
-    def read(self, size=-1):
+    def read(self, size: int = -1) -> bytes:
         out = b""
         while size < 0 or len(out) < size:
             if self.fh is None:
@@ -62,15 +66,15 @@ class Joined:
         return out
 
 
-def file_sha256(path):
+def file_sha256(path: str) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as fh:
-        for block in iter(lambda fh=fh: fh.read(BLOCK), b""):
+        for block in iter(functools.partial(fh.read, BLOCK), b""):
             digest.update(block)
     return digest.hexdigest()
 
 
-def parts_of(path):
+def parts_of(path: str) -> list[str]:
     if not path.endswith(".chunks.json"):
         return [path]
     with open(path, encoding="utf-8") as fh:
@@ -89,12 +93,14 @@ def parts_of(path):
     return parts
 
 
-def openssl(args, workdir):
+def openssl(args: Sequence[str], workdir: str) -> bool:
     proc = subprocess.run(["openssl", *args], cwd=workdir, capture_output=True, text=True)
     return proc.returncode == 0
 
 
-def verify_signatures(manifest, signatures, sm2_key, cosign_key):
+def verify_signatures(
+    manifest: bytes, signatures: Mapping[str, bytes], sm2_key: str | None, cosign_key: str | None
+) -> None:
     with tempfile.TemporaryDirectory(prefix="verify-bundle-") as work:
         with open(os.path.join(work, "m"), "wb") as fh:
             fh.write(manifest)
@@ -120,28 +126,38 @@ def verify_signatures(manifest, signatures, sm2_key, cosign_key):
             print(f"ok    {name} signature of {MANIFEST} verifies with the key given (openssl)")
 
 
-def verify(path, sm2_key, cosign_key):
+def member_bytes(tar: tarfile.TarFile, member: tarfile.TarInfo) -> bytes:
+    fh = tar.extractfile(member)
+    if fh is None:
+        raise Refused(f"{member.name}: not a plain file")
+    return fh.read()
+
+
+def verify(path: str, sm2_key: str | None, cosign_key: str | None) -> None:
     stream = Joined(parts_of(path))
-    with tarfile.open(fileobj=stream, mode="r|") as tar:
+    # Stream mode reads only (Joined has read() alone); typeshed's tarfile asks for a whole file object.
+    with tarfile.open(fileobj=stream, mode="r|") as tar:  # type: ignore[call-overload]  # read() is enough
         # One pass over the stream: TarFile's iterator restarts at the first member it already
         # read, so the manifest is taken from the iterator rather than from a separate next().
         members = iter(tar)
         first = next(members, None)
         if first is None or first.name != MANIFEST:
             raise Refused(f"the first file is not {MANIFEST}: not an xcforge bundle")
-        manifest_bytes = tar.extractfile(first).read()
+        manifest_bytes = member_bytes(tar, first)
         doc = json.loads(manifest_bytes)
         expected = {name: digest for name, digest in doc["files"].items()}
-        sizes = {}
+        sizes: dict[str, int] = {}
         for entry in doc["manifests"] + doc["blobs"]:
             algorithm, encoded = entry["digest"].split(":", 1)
             expected[f"blobs/{algorithm}/{encoded}"] = entry["digest"]
             sizes[f"blobs/{algorithm}/{encoded}"] = entry["size"]
         known = {e["digest"] for e in doc["manifests"] + doc["blobs"] + doc["omitted"]}
-        signatures, seen, checked_signatures = {}, set(), False
+        signatures: dict[str, bytes] = {}
+        seen: set[str] = set()
+        checked_signatures = False
         for member in members:
             if member.name in (SM2_SIGNATURE, COSIGN_SIGNATURE):
-                signatures[member.name] = tar.extractfile(member).read()
+                signatures[member.name] = member_bytes(tar, member)
                 continue
             if not checked_signatures:
                 verify_signatures(manifest_bytes, signatures, sm2_key, cosign_key)
@@ -151,8 +167,10 @@ def verify(path, sm2_key, cosign_key):
             seen.add(member.name)
             digest, data = hashlib.sha256(), b""
             fh = tar.extractfile(member)
+            if fh is None:  # (isfile() above: never)
+                raise Refused(f"{member.name}: not a plain file")
             is_manifest = any(e["digest"] == expected[member.name] for e in doc["manifests"])
-            for block in iter(lambda fh=fh: fh.read(BLOCK), b""):
+            for block in iter(functools.partial(fh.read, BLOCK), b""):
                 digest.update(block)
                 if is_manifest:
                     data += block
@@ -181,7 +199,7 @@ def verify(path, sm2_key, cosign_key):
         print(f"note  signed-by fingerprint ({scheme}): {key['key_id']}")
 
 
-def main(argv=None):
+def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("bundle", help="BUNDLE.tar or BUNDLE.chunks.json")
     parser.add_argument("--sm2-key", help="the sender's SM2 public key (PEM), obtained out of band")

@@ -15,6 +15,7 @@ import sys
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NoReturn
 
 from xcforge import __version__
 from xcforge.errors import KNOWN_ERRORS, ConfigError, Interrupted, exit_code
@@ -43,7 +44,7 @@ COMMANDS = frozenset(name for names in COMMAND_MODULES.values() for name in name
 class _Parser(argparse.ArgumentParser):
     """argparse that reports usage errors as ConfigError (one line, exit 2, no usage dump)."""
 
-    def error(self, message: str) -> None:  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         raise ConfigError(f"{self.prog}: {message} (see --help)")
 
 

@@ -29,7 +29,7 @@ import sys
 import threading
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
-from typing import IO
+from typing import IO, TextIO
 
 # GitHub does not nest log groups: an inner ::group:: would close the outer one. Inner groups are
 # printed as plain headings inside the outer group instead.
@@ -225,7 +225,7 @@ def shell_line(argv: Sequence[str]) -> str:
     return shlex.join(shown)
 
 
-def echo(argv: Sequence[str], stream=None) -> None:
+def echo(argv: Sequence[str], stream: TextIO | None = None) -> None:
     """The command about to run, as a shell line (the house rule: every external command is echoed)."""
     with output_lock:
         print(f"+ {shell_line(argv)}", file=stream or sys.stderr, flush=True)

@@ -101,7 +101,7 @@ def exit_code(error: BaseException | type[BaseException]) -> int:
     is a bug, not a failure with a code."""
     kind = error if isinstance(error, type) else type(error)
     if issubclass(kind, XcforgeError):
-        return error.exit_code  # type: ignore[union-attr]
+        return (error if isinstance(error, XcforgeError) else kind).exit_code
     for library_error, code in LIBRARY_EXIT_CODES:
         if issubclass(kind, library_error):
             return code

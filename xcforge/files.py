@@ -19,7 +19,7 @@ from xcforge.console import echo
 _ASIDE = ".{name}.replaced-"
 # Not waited for; kept so that an `rm` still running when a long-lived caller (a test) drops its
 # handle is not reported as an abandoned subprocess.
-_deleting: list[subprocess.Popen] = []
+_deleting: list[subprocess.Popen[bytes]] = []
 
 
 def replace(new: Path, path: Path) -> None:

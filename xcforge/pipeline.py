@@ -14,21 +14,22 @@ from xcforge import console
 from xcforge.bake.docker_env import check_docker, start_docker_check
 from xcforge.bake.runner import BuilderNode, check_builder, prefetch_nodes
 from xcforge.bake.stage import BuildRequest, build_all, check_rendered, merge_digests, prepare_contexts
+from xcforge.config.matrix import Matrix
 from xcforge.console import say
 from xcforge.errors import BuildFailed, ConfigError
+from xcforge.plan.build_plan import BuildPlan
 
 
-def _later_stages():
+def _load_later_stages() -> None:
     """The stages after the build: publish, sign, smoke, report. Imported here, not with this module, so
     that they load while the bakes run (`build_all(while_baking=...)`): a cached build waits there
     for seconds with this process idle, and loading them first (rich's tables, the smoke and sign
-    stages, the audit log: 0.1 s) would put them on the user's clock before the bake starts."""
-    from xcforge.publish import zstd
-    from xcforge.report import results
-    from xcforge.sign import stage
-    from xcforge.smoke import checks
-
-    return stage, checks, results, zstd
+    stages, the audit log: 0.1 s) would put them on the user's clock before the bake starts. (The
+    functions below import them again by name, from the module cache by then.)"""
+    import xcforge.publish.zstd
+    import xcforge.report.results
+    import xcforge.sign.stage
+    import xcforge.smoke.checks  # noqa: F401
 
 
 def _describe(node: BuilderNode) -> str:
@@ -73,10 +74,14 @@ def run_builds(request: BuildRequest) -> int:
 
     def while_baking() -> None:
         prefetch_nodes(builders)
-        _later_stages()
+        _load_later_stages()
 
     builds = build_all(request, engine_hash, while_baking=while_baking)
-    sign, smoke, report, publish = _later_stages()
+    from xcforge.publish import zstd as publish
+    from xcforge.report import results as report
+    from xcforge.sign import stage as sign
+    from xcforge.smoke import checks as smoke
+
     for build in builds:
         if build.error:
             console.annotate_error(build.error)
@@ -100,10 +105,10 @@ def run_builds(request: BuildRequest) -> int:
     for result in results:
         if result.digest:
             print(f"{result.target} {result.image_repo}@{result.digest}")
-    if any(r.error for r in results):
-        first = next(r for r in results if r.error)
-        count = sum(1 for r in results if r.error)
-        error = BuildFailed(f"{count} of {len(plans)} target(s) failed; first: {first.error.splitlines()[0]}")
+    failures = [(r, r.error) for r in results if r.error]
+    if failures:
+        first, first_error = failures[0]
+        error = BuildFailed(f"{len(failures)} of {len(plans)} target(s) failed; first: {first_error.splitlines()[0]}")
         # The first failure's own exit code (6 for a registry, 7 for signing...) tells CI what broke.
         error.exit_code = first.error_code or BuildFailed.exit_code
         raise error
@@ -112,9 +117,10 @@ def run_builds(request: BuildRequest) -> int:
     return 0
 
 
-def merge_and_report(matrix, plan, digests: list[str]) -> int:
+def merge_and_report(matrix: Matrix, plan: BuildPlan, digests: list[str]) -> int:
     """Split CI mode, second half: the index from per-platform digests (build stage), then the report."""
-    _, _, report, _ = _later_stages()
+    from xcforge.report import results as report
+
     result = merge_digests(matrix, plan, digests)
     report.write_reports(report.merge_into_report([result], plan.dist_dir), plan.dist_dir)
     report.print_table([result])

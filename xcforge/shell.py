@@ -24,7 +24,7 @@ def run(
     quiet: bool = False,
     cwd: str | None = None,
     timeout: float | None = None,
-) -> subprocess.CompletedProcess:
+) -> subprocess.CompletedProcess[bytes]:
     """Echo and run argv. A missing executable becomes EnvironmentProblem with a remedy."""
     if not quiet:
         echo(argv)

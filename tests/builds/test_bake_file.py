@@ -234,7 +234,7 @@ def _expected(matrix: Matrix, name: str, env: dict[str, str]) -> dict[str, objec
             f"{values['REPOSITORY_PREFIX']}/{image}:{version}",
             f"{values['REPOSITORY_PREFIX']}/{image}:{version}-{values['BUILD_REVISION']}",
         ],
-        "annotations": sorted(definition.annotation_flags(definition.annotations(matrix, target, values))),
+        "annotations": sorted(definition.annotation_flags(definition.annotated_labels(matrix, target, values))),
         "attest": ["type=provenance,mode=max"],
         "platforms": list(target.platforms),
     }

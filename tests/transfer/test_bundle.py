@@ -327,3 +327,38 @@ def test_bundle_defaults_to_the_last_builds_pushed_targets(tmp_path, signed, key
     doc = json.loads((tmp_path / "bundle.json").read_text())
     assert doc["images"][0]["target"] == "cpu" and doc["images"][0]["tags"] == ["0.32.0-cpu"]
     assert f"{signed.name}@{signed.digest}" in out
+
+
+def test_since_refuses_a_first_member_that_is_not_a_file(tmp_path):
+    """`--since` reads only the first member; a directory by the manifest's name is not a bundle (it was
+    an AttributeError: tarfile gives no file object for a directory; found by mypy)."""
+    from xcforge.errors import ConfigError
+    from xcforge.transfer import manifest as bm
+    from xcforge.transfer.bundle import read_base_manifest
+
+    odd = tmp_path / "odd.tar"
+    with tarfile.open(odd, "w") as tar:
+        tar.addfile(_directory(bm.MANIFEST))
+    with pytest.raises(ConfigError, match="not a bundle"):
+        read_base_manifest(odd)
+
+
+def _directory(name: str) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type = tarfile.DIRTYPE
+    return info
+
+
+def test_standalone_tool_refuses_a_first_member_that_is_not_a_file(tmp_path):
+    """The standalone verifier says REFUSED (exit 1) for a bundle whose manifest is a directory; it was a
+    traceback (tarfile gives no file object for a directory; found by mypy)."""
+    from xcforge.transfer import manifest as bm
+
+    odd = tmp_path / "odd.tar"
+    with tarfile.open(odd, "w") as tar:
+        tar.addfile(_directory(bm.MANIFEST))
+    tool = [sys.executable, "-I", str(REPO / "tools" / "verify-bundle.py")]
+    proc = subprocess.run([*tool, str(odd), "--sm2-key", str(tmp_path / "unused.pub")], capture_output=True, text=True)
+    assert proc.returncode == 1
+    assert "REFUSED: xcforge-bundle.json: not a plain file" in proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -27,9 +27,11 @@ owners = [c for c in vars(base).values() if isinstance(c, type) and "get_vocab_b
 if not owners:
     sys.exit("convert_tiny: no class in conversion.base defines get_vocab_base_pre; converter changed")
 for cls in owners:
-    cls.get_vocab_base_pre = lambda self, tokenizer: PRE_TOKENIZER
+    setattr(cls, "get_vocab_base_pre", lambda self, tokenizer: PRE_TOKENIZER)  # noqa: B010 - a class found at run time
 
 spec = importlib.util.spec_from_file_location("convert_hf_to_gguf", LLAMA_CPP_DIR / "convert_hf_to_gguf.py")
+if spec is None or spec.loader is None:
+    sys.exit(f"convert_tiny: cannot load {LLAMA_CPP_DIR / 'convert_hf_to_gguf.py'}")
 conv = importlib.util.module_from_spec(spec)
 sys.modules["convert_hf_to_gguf"] = conv
 spec.loader.exec_module(conv)  # __name__ != "__main__": defines main() only

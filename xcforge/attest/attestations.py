@@ -17,15 +17,19 @@ import functools
 import hashlib
 import json
 import tarfile
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ocicore import layout, media
 from signing.intoto import PROVENANCE_PREDICATES, SBOM_PREDICATE, statement
 from xcforge import __version__
 from xcforge.attest import sbom
 from xcforge.errors import ConfigError
+
+if TYPE_CHECKING:
+    from ocicore.registry import RegistryClient
 
 RECORD = "attestations.json"  # what was written, so a skipped (unchanged) build can sign it again
 
@@ -51,12 +55,14 @@ def _reader_version() -> str:
     return hashlib.sha256(Path(sbom.__file__).read_bytes()).hexdigest()[:16]
 
 
-def _layer_cache_key(layer: dict) -> str:
+def _layer_cache_key(layer: dict[str, Any]) -> str:
     """Layers are content-addressed: one digest, one set of files."""
     return f"{layer['digest'].replace(':', '-')}-{_reader_version()}"
 
 
-def _layer_entries(reader, tar: tarfile.TarFile, layer: dict, cache: Path | None) -> sbom.LayerEntries:
+def _layer_entries(
+    reader: layout.OciArchive, tar: tarfile.TarFile, layer: dict[str, Any], cache: Path | None
+) -> sbom.LayerEntries:
     """One layer's SBOM-relevant entries, from `cache` when this layer was read before (a cached
     rebuild changes only its top layers)."""
     path = cache / "layers" / f"{_layer_cache_key(layer)}.json" if cache else None
@@ -82,7 +88,9 @@ def _document_cache_path(cache: Path, repository: str, digest: str) -> Path:
     return cache / "documents" / f"{key}{sbom.SUFFIX}"
 
 
-def _sbom_document(reader, tar: tarfile.TarFile, image, repository: str, cache: Path | None) -> tuple[bytes, int]:
+def _sbom_document(
+    reader: layout.OciArchive, tar: tarfile.TarFile, image: layout.PlatformImage, repository: str, cache: Path | None
+) -> tuple[bytes, int]:
     """(CycloneDX document, component count) of one platform image."""
     kept = _document_cache_path(cache, repository, image.digest) if cache else None
     if kept and kept.exists():
@@ -139,7 +147,7 @@ def write_attestations(
     return written
 
 
-def load_recorded(out: Path, digests: set[str]) -> list[dict[str, Any]]:
+def load_recorded(out: Path, digests: AbstractSet[str | None]) -> list[dict[str, Any]]:
     """The entries written for these platform digests by an earlier build, when all are there."""
     entries = _recorded(out)
     if {e["digest"] for e in entries} != digests:
@@ -172,12 +180,14 @@ def archive_statements(archive: Path, repository: str) -> dict[str, list[tuple[s
     return {entry["digest"]: statements(entry, repository) for entry in recorded}
 
 
-def registry_statements(client, repository: str, name: str, digest: str) -> dict[str, list[tuple[str, bytes]]]:
+def registry_statements(
+    client: RegistryClient, repository: str, name: str, digest: str
+) -> dict[str, list[tuple[str, bytes]]]:
     """platform digest → statements, from the registry: the attached SBOM and BuildKit's provenance."""
     from signing.attest import read_sbom
 
     top = client.get_manifest(repository, digest)
-    children = top.json().get("manifests") or [] if top.is_index else [{"digest": digest}]
+    children: list[dict[str, Any]] = top.json().get("manifests") or [] if top.is_index else [{"digest": digest}]
     provenance: dict[str, tuple[str, bytes]] = {}
     platforms = []
     for child in children:

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from email.parser import HeaderParser
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Literal
 
 from ocicore.layout import SBOM_SUFFIX
 from xcforge.errors import ConfigError
@@ -65,7 +65,7 @@ def _wanted(path: str) -> bool:
 def _open_layer(blob: IO[bytes], media_type: str) -> tarfile.TarFile:
     if "zstd" in media_type:
         raise ConfigError(f"layer media type {media_type}: zstd layers cannot be read for the SBOM (use gzip)")
-    mode = "r|gz" if media_type.endswith("gzip") or media_type.endswith("+gzip") else "r|*"
+    mode: Literal["r|gz", "r|*"] = "r|gz" if media_type.endswith("gzip") or media_type.endswith("+gzip") else "r|*"
     return tarfile.open(fileobj=blob, mode=mode)
 
 

@@ -61,7 +61,7 @@ VARIABLES = {
 _INTERPOLATION = re.compile(r"\$\{([A-Z_]+)\}")
 
 
-def annotations(matrix: Matrix, target: Target, values: Mapping[str, str]) -> dict[str, str]:
+def annotated_labels(matrix: Matrix, target: Target, values: Mapping[str, str]) -> dict[str, str]:
     """The annotated labels with ${ARG} filled from `values` (absent: empty), base.name the
     matrix's own reference (a mirror is a site detail, not the image's identity)."""
     out = {}
@@ -108,7 +108,10 @@ _APPENDED_LISTS = frozenset({"annotations", "attest"})
 
 def _committed_target(matrix: Matrix, target: Target) -> _Block:
     root = matrix.root
-    rel = lambda p: str(Path(p).relative_to(root)) if Path(p).is_relative_to(root) else str(p)  # noqa: E731
+
+    def rel(p: Path | str) -> str:
+        return str(Path(p).relative_to(root)) if Path(p).is_relative_to(root) else str(p)
+
     production = planned(matrix, target, target.platforms, engine_install="full", plugin_install="full")
     variables = {name: "${" + name + "}" for name in VARIABLES}
     cache = f"{image_name(target)}:{cache_tag(target.platforms)}"
@@ -131,7 +134,7 @@ def _committed_target(matrix: Matrix, target: Target) -> _Block:
                 f"${{REPOSITORY_PREFIX}}/{image_name(target)}:{matrix.engine_version(target)}-{target.variant}"
                 "-${BUILD_REVISION}",
             ],
-            "annotations": annotation_flags(annotations(matrix, target, variables)),
+            "annotations": annotation_flags(annotated_labels(matrix, target, variables)),
             "attest": ["type=provenance,mode=max"],
             "cache-from": _Raw(f'CACHE_REPOSITORY == "" ? [] : ["type=registry,ref=${{CACHE_REPOSITORY}}/{cache}"]'),
             "cache-to": _Raw(
@@ -206,11 +209,11 @@ def _without(block: _Block, common: _Block) -> _Block:
         shared = common.attrs.get(key)
         if shared is None:
             own[key] = value
-        elif key in _MERGED_MAPS and isinstance(value, dict):
+        elif key in _MERGED_MAPS and isinstance(value, dict) and isinstance(shared, dict):
             rest = {k: v for k, v in value.items() if k not in shared}
             if rest:
                 own[key] = rest
-        elif key in _APPENDED_LISTS and isinstance(value, list):
+        elif key in _APPENDED_LISTS and isinstance(value, list) and isinstance(shared, list):
             rest_list = [v for v in value if v not in shared]
             if rest_list:
                 own[key] = rest_list
@@ -260,7 +263,7 @@ class RunTarget:
     secrets: dict[str, Path] = field(default_factory=dict)
     cache_ref: str | None = None  # registry cache reference, or none
 
-    def as_bake(self) -> dict:
+    def as_bake(self) -> dict[str, object]:
         entry: dict[str, object] = {
             "context": str(self.context),
             "platforms": list(self.platforms),

@@ -6,6 +6,7 @@ import json
 import re
 import subprocess
 from dataclasses import dataclass
+from typing import Any
 
 from xcforge.console import echo
 from xcforge.errors import EnvironmentProblem
@@ -23,7 +24,7 @@ class DockerEnvironment:
     native_platform: str
 
 
-def _start(argv: list[str]) -> subprocess.Popen:
+def _start(argv: list[str]) -> subprocess.Popen[str]:
     echo(argv)
     try:
         return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -31,12 +32,13 @@ def _start(argv: list[str]) -> subprocess.Popen:
         raise EnvironmentProblem(f"'{argv[0]}' is not installed; {REMEDY}") from None
 
 
-def _wait(proc: subprocess.Popen) -> subprocess.CompletedProcess:
+def _wait(proc: subprocess.Popen[str]) -> subprocess.CompletedProcess[str]:
     try:
         stdout, stderr = proc.communicate(timeout=60)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.communicate()
+        assert isinstance(proc.args, list)  # _start's argv
         raise EnvironmentProblem(
             f"`{' '.join(proc.args[:3])}` did not answer within 60 s; is dockerd hung? {REMEDY}"
         ) from None
@@ -63,7 +65,7 @@ class _DockerCheck:
         return self._answer
 
 
-def _buildx_version(info: dict) -> str | None:
+def _buildx_version(info: dict[str, Any]) -> str | None:
     """buildx's version as `docker info` lists it (ClientInfo.Plugins), None when it is missing."""
     plugins = (info.get("ClientInfo") or {}).get("Plugins")
     if plugins is None:  # a client that lists no plugins: ask buildx itself
@@ -92,7 +94,7 @@ def check_docker() -> DockerEnvironment:
     return _check.result()
 
 
-def _environment(data: dict, buildx: str | None) -> DockerEnvironment:
+def _environment(data: dict[str, Any], buildx: str | None) -> DockerEnvironment:
     driver_status = json.dumps(data.get("DriverStatus") or [])
     containerd_store = "io.containerd.snapshotter" in driver_status or data.get("Driver") in {"overlayfs", "stargz"}
     if buildx is None:

@@ -327,7 +327,9 @@ def run_bake(
     return BakeRun(proc.returncode, progress, list(tail), time.monotonic() - started)
 
 
-def _owner(match: re.Match | None, owners: dict[str, tuple[str | None, str]], progress: dict[str, TargetProgress]):
+def _owner(
+    match: re.Match[str] | None, owners: dict[str, tuple[str | None, str]], progress: dict[str, TargetProgress]
+) -> tuple[str | None, str]:
     """(target, platform) of a step line from its `[target platform stage n/m]` name (remembered
     by step number for the step's later lines); None for lines no step owns."""
     if not match:
@@ -342,7 +344,7 @@ def _owner(match: re.Match | None, owners: dict[str, tuple[str | None, str]], pr
     return owners.get(vertex, (None, ""))
 
 
-def _account(progress: TargetProgress, line: str, match: re.Match | None, platform: str) -> None:
+def _account(progress: TargetProgress, line: str, match: re.Match[str] | None, platform: str) -> None:
     progress.tail.append(line)
     if not match:
         progress.failed |= line.startswith("ERROR:")

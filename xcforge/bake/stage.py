@@ -20,7 +20,7 @@ from collections.abc import Callable
 from configparser import ConfigParser
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple, TypedDict, Unpack
 from urllib.parse import quote, urlsplit, urlunsplit
 
 from ocicore import layout, registry
@@ -176,20 +176,30 @@ def _skip_if_unchanged(plan: BuildPlan, fingerprint: str, record_path: Path | No
         result.refs = [ref]
         result.attestations = load_recorded(_attestation_dir(plan), {p.digest for p in result.platforms})
         return result
-    if plan.output is OutputMode.ARCHIVE and record_path and record_path.exists() and plan.archive_path.exists():
+    archive = plan.archive_path  # set in ARCHIVE mode
+    if plan.output is OutputMode.ARCHIVE and archive and record_path and record_path.exists() and archive.exists():
         record = json.loads(record_path.read_text())
         if record.get("fingerprint") != fingerprint:
             return None
         result = _result(plan, "skipped", digest=record.get("digest"))
         result.platforms = [PlatformResult(**p) for p in record.get("platforms", [])]
-        result.archive = str(plan.archive_path)
+        result.archive = str(archive)
         result.refs = list(plan.refs)
         result.attestations = load_recorded(_attestation_dir(plan), {p.digest for p in result.platforms})
         return result
     return None
 
 
-def _result(plan: BuildPlan, status: str, **kw) -> BuildResult:
+class _ResultFacts(TypedDict, total=False):
+    """What a stage knows about a target beyond its plan when it makes the result."""
+
+    digest: str | None
+    base_digest: str | None
+    base_kind: str
+    fingerprint: str | None
+
+
+def _result(plan: BuildPlan, status: str, **kw: Unpack[_ResultFacts]) -> BuildResult:
     return BuildResult(
         target=plan.target.name,
         status=status,
@@ -218,7 +228,7 @@ class _Pending:
     parts: dict[Lane, tuple[tuple[str, ...], Path]]  # lane → (its platforms, its archive)
     started: float
     failed_lanes: list[Lane] = field(default_factory=list)
-    reported: dict[Lane, dict] = field(default_factory=dict)  # lane → bake's --metadata-file entry
+    reported: dict[Lane, dict[str, Any]] = field(default_factory=dict)  # lane → bake's --metadata-file entry
 
 
 def _prepare(
@@ -563,7 +573,7 @@ def _finish(
     say(f"[{plan.target.name}] SBOMs and provenance written in {time.monotonic() - sbom_started:.1f} s")
     if not plan.output.pushes:
         assert plan.archive_path and record_path
-        result.archive = str(plan.archive_path)
+        result.archive = str(archive)
         result.refs = list(plan.refs)
         # Operators `docker load` this same file. The local engine has the image already when BuildKit
         # exported it there too (same export, same digest); a remote builder's archive is loaded here.
@@ -611,7 +621,7 @@ def _attach_tags(plan: BuildPlan, digest: str, sources: list[str] | None = None,
     for ref in plan.refs:
         cmd += ["--tag", ref]
     if matrix is not None:  # a merged index gets the image's annotations (definition.ANNOTATED_LABELS)
-        for key, value in definition.annotations(matrix, plan.target, plan.build_args).items():
+        for key, value in definition.annotated_labels(matrix, plan.target, plan.build_args).items():
             cmd += ["--annotation", f"index:{key}={value}"]
     cmd += sources or [f"{plan.image_repo}@{digest}"]
     for attempt in range(1, REGISTRY_RETRIES + 1):

@@ -141,7 +141,9 @@ def _script(text: str) -> str:
     return textwrap.dedent(text).strip("\n") + "\n"
 
 
-def _uses(name: str, with_: dict[str, Any] | None = None, *, step_name: str | None = None, **extra: Any) -> dict:
+def _uses(
+    name: str, with_: dict[str, Any] | None = None, *, step_name: str | None = None, **extra: Any
+) -> dict[str, Any]:
     step: dict[str, Any] = {}
     if step_name:
         step["name"] = step_name
@@ -152,7 +154,7 @@ def _uses(name: str, with_: dict[str, Any] | None = None, *, step_name: str | No
     return step
 
 
-def _run(name: str, script: str, **extra: Any) -> dict:
+def _run(name: str, script: str, **extra: Any) -> dict[str, Any]:
     step: dict[str, Any] = {"name": name}
     env = extra.pop("env", None)
     step.update(extra)
@@ -162,23 +164,23 @@ def _run(name: str, script: str, **extra: Any) -> dict:
     return step
 
 
-def _checkout() -> dict:
+def _checkout() -> dict[str, Any]:
     # No token left in .git/config for later steps (and for build contexts) to read.
     return _uses("checkout", {"persist-credentials": False}, step_name="Check out")
 
 
-def _setup_python(cache: bool = True) -> dict:
+def _setup_python(cache: bool = True) -> dict[str, Any]:
     with_: dict[str, Any] = {"python-version": PYTHON_VERSION}
     if cache:
         with_.update({"cache": "pip", "cache-dependency-path": "pyproject.toml"})
     return _uses("setup-python", with_, step_name="Set up Python")
 
 
-def _install(extras: str = "") -> dict:
+def _install(extras: str = "") -> dict[str, Any]:
     return _run("Install xcforge", f'python -m pip install -e ".{extras}"' if extras else "python -m pip install -e .")
 
 
-def _install_self_hosted() -> dict:
+def _install_self_hosted() -> dict[str, Any]:
     # Self-hosted machines may sit behind a mirror without GitHub's Python builds: use their python3.
     return _run(
         "Install xcforge (runner's python3)",
@@ -190,7 +192,7 @@ def _install_self_hosted() -> dict:
     )
 
 
-def _login() -> dict:
+def _login() -> dict[str, Any]:
     return _uses(
         "login",
         {
@@ -202,7 +204,7 @@ def _login() -> dict:
     )
 
 
-def _free_disk() -> dict:
+def _free_disk() -> dict[str, Any]:
     # A CUDA image is 10+ GB and hosted runners start with ~20 GB free; these toolchains are unused.
     return _run(
         "Free disk space",
@@ -213,7 +215,7 @@ def _free_disk() -> dict:
     )
 
 
-def _containerd_store() -> dict:
+def _containerd_store() -> dict[str, Any]:
     # xcforge builds need Docker's containerd image store (multi-platform, OCI indexes, provenance);
     # the hosted runners' engine still uses the classic store.
     return _run(
@@ -238,7 +240,7 @@ def _upload(
     condition: str | None = None,
     retention: int | None = None,
     required: bool = True,
-) -> dict:
+) -> dict[str, Any]:
     with_: dict[str, Any] = {"name": name, "path": path, "if-no-files-found": "error" if required else "warn"}
     if retention:
         with_["retention-days"] = retention
@@ -249,7 +251,7 @@ def _upload(
 # --------------------------------------------------------------------------- ci.yml
 
 
-def ci_workflow(matrix: Matrix) -> dict:
+def ci_workflow(matrix: Matrix) -> dict[str, Any]:
     lint_steps = [
         _checkout(),
         _setup_python(),
@@ -425,13 +427,13 @@ def target_platforms(target: Target) -> list[dict[str, str]]:
 # ---- target.yml, stage build
 
 
-def _when(condition: str, step: dict) -> dict:
+def _when(condition: str, step: dict[str, Any]) -> dict[str, Any]:
     """The step, run only when `condition` holds (`if:` right after its name)."""
     name, rest = step["name"], {k: v for k, v in step.items() if k != "name"}
     return {"name": name, "if": condition, **rest}
 
 
-def _target_build_job() -> dict:
+def _target_build_job() -> dict[str, Any]:
     self_hosted = "inputs.build-on-self-hosted"
     hosted = f"!{self_hosted}"
     script = """
@@ -507,7 +509,7 @@ def _target_build_job() -> dict:
     }
 
 
-def _target_merge_job() -> dict:
+def _target_merge_job() -> dict[str, Any]:
     script = """
     args=()
     for record in dist/digests/"$TARGET"-*.json; do
@@ -585,7 +587,7 @@ fi
 _IMAGE_ENV = {"TARGET": "${{ inputs.target }}", "IMAGE": "${{ inputs.image }}"}
 
 
-def _target_smoke_job() -> dict:
+def _target_smoke_job() -> dict[str, Any]:
     return {
         "name": "smoke (${{ matrix.platform }}, published digest)",
         "if": _stage("check"),
@@ -619,7 +621,7 @@ def _target_smoke_job() -> dict:
     }
 
 
-def _target_hardware_job() -> dict:
+def _target_hardware_job() -> dict[str, Any]:
     return {
         "name": "hardware ([self-hosted, ${{ inputs.runner-label }}])",
         # Skipped, visibly (detect-runners' summary says why), when no such runner is registered.
@@ -653,7 +655,7 @@ def _target_hardware_job() -> dict:
 _TARGET_JOBS = ("build", "merge", "smoke", "hardware")
 
 
-def _target_results_job() -> dict:
+def _target_results_job() -> dict[str, Any]:
     # A workflow's outputs can read its jobs' outputs but (for actionlint, which CI runs) not their
     # results: this job turns each result into an output, for release.yml's summary table.
     env = {job.upper(): f"${{{{ needs.{job}.result }}}}" for job in _TARGET_JOBS}
@@ -674,16 +676,16 @@ def _target_results_job() -> dict:
     }
 
 
-def target_workflow(matrix: Matrix) -> dict:
+def target_workflow(matrix: Matrix) -> dict[str, Any]:
     """target.yml: one target's jobs, for release.yml to call (`stage` says which half)."""
 
-    def string(description: str, *, required: bool = False) -> dict:
+    def string(description: str, *, required: bool = False) -> dict[str, Any]:
         entry: dict[str, Any] = {"description": description, "type": "string", "required": required}
         if not required:
             entry["default"] = ""
         return entry
 
-    def boolean(description: str) -> dict:
+    def boolean(description: str) -> dict[str, Any]:
         return {"description": description, "type": "boolean", "required": False, "default": False}
 
     return {
@@ -761,7 +763,7 @@ def _target_notes(matrix: Matrix) -> str:
 # ---- release.yml
 
 
-def _call(matrix: Matrix, target: Target, stage: str) -> dict:
+def _call(matrix: Matrix, target: Target, stage: str) -> dict[str, Any]:
     name = target.name
     with_: dict[str, Any] = {
         "stage": stage,
@@ -797,7 +799,7 @@ def _call(matrix: Matrix, target: Target, stage: str) -> dict:
     }
 
 
-def _sign_job(target: Target) -> dict:
+def _sign_job(target: Target) -> dict[str, Any]:
     name = target.name
     script = """
     if [ -z "$XCFORGE_SM2_KEY" ]; then
@@ -842,7 +844,7 @@ def _sign_job(target: Target) -> dict:
     }
 
 
-def _plan_job(matrix: Matrix) -> dict:
+def _plan_job(matrix: Matrix) -> dict[str, Any]:
     return {
         "name": "plan",
         # Releases are published from the upstream repository only (never from a fork).
@@ -868,7 +870,7 @@ def hardware_labels(matrix: Matrix) -> list[str]:
     return list(dict.fromkeys(hardware_label(t) for t in matrix.targets.values()))
 
 
-def _detect_runners_job(matrix: Matrix) -> dict:
+def _detect_runners_job(matrix: Matrix) -> dict[str, Any]:
     labels = hardware_labels(matrix)
     script = f"""
     runners=$RUNNER_TEMP/runners.jsonl
@@ -915,7 +917,7 @@ def stage_result(stage: str, target: str) -> str:
     return f"${{{{ needs.{call}.outputs.{stage}-result || needs.{call}.result }}}}"
 
 
-def _summary_job(matrix: Matrix, job_ids: list[str]) -> dict:
+def _summary_job(matrix: Matrix, job_ids: list[str]) -> dict[str, Any]:
     env = {}
     rows = []
     for name in matrix.targets:
@@ -948,7 +950,7 @@ def _summary_job(matrix: Matrix, job_ids: list[str]) -> dict:
     }
 
 
-def release_workflow(matrix: Matrix) -> dict:
+def release_workflow(matrix: Matrix) -> dict[str, Any]:
     names = list(matrix.targets)
     jobs: dict[str, Any] = {"plan": _plan_job(matrix), "detect-runners": _detect_runners_job(matrix)}
     for name, target in matrix.targets.items():
@@ -991,7 +993,7 @@ def _release_notes(matrix: Matrix) -> str:
 # --------------------------------------------------------------------------- actionlint.yaml
 
 
-def actionlint_config(matrix: Matrix) -> dict:
+def actionlint_config(matrix: Matrix) -> dict[str, Any]:
     return {
         "self-hosted-runner": {"labels": sorted(set(hardware_labels(matrix)) - {"arm64"})},
     }
@@ -1026,7 +1028,7 @@ _Dumper.add_representer(type(None), _none)
 _PINNED_USES = re.compile(r"^(\s*(?:- )?uses: )([\w.-]+/[\w.-]+)@([0-9a-f]{40})$", re.MULTILINE)
 
 
-def dump_workflow(data: dict, notes: str = "") -> str:
+def dump_workflow(data: dict[str, Any], notes: str = "") -> str:
     text = yaml.dump(data, Dumper=_Dumper, sort_keys=False, width=4096, allow_unicode=True)
     # PyYAML quotes `on` (a YAML 1.1 boolean); GitHub reads the key as the string it is.
     text = re.sub(r"^'on':", "on:", text, flags=re.MULTILINE)

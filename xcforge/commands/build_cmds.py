@@ -11,7 +11,7 @@ from pathlib import Path
 
 from xcforge.bake.docker_env import start_docker_check
 from xcforge.commands._targets import add_target_arguments, selected_targets
-from xcforge.config.matrix import load_matrix
+from xcforge.config.matrix import is_arch, load_matrix
 from xcforge.config.site import BUILDER_NAME_RE, load_site
 from xcforge.errors import ConfigError
 from xcforge.paths import DIST_DIR
@@ -20,7 +20,7 @@ from xcforge.plan.render import render_target
 from xcforge.plan.verification import lock_level, lock_status
 
 
-def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
     parser = subparsers.add_parser(
         "build",
         parents=[common],
@@ -106,7 +106,8 @@ def _list(args: argparse.Namespace) -> int:
                 detail += " (engine locked, plugin resolved at build time)"
             print(f"{'':<{width}}    {platform:<12} {level:<14} {detail}")
             # Which CPUs it runs on (the launcher refuses others with the image to use instead).
-            isa = target.cpu_isa.get(platform.split("/", 1)[1])
+            arch = platform.split("/", 1)[1]
+            isa = target.cpu_isa.get(arch) if is_arch(arch) else None
             if isa:
                 print(f"{'':<{width}}    {'':<12} {'needs':<14} {isa.describes} ({' '.join(isa.requires)})")
         if target.engine.fallback and any(p in target.engine.fallback.platforms for p in target.platforms):

@@ -7,13 +7,19 @@ import json
 import os
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from xcforge.commands.sign_cmds import _add_audit, _audit
 from xcforge.errors import ConfigError, EnvironmentProblem
 from xcforge.sign import keys
 
+if TYPE_CHECKING:
+    from xcforge.transfer.collect import Source
 
-def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser | None = None) -> None:
+
+def register(
+    subparsers: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser | None = None
+) -> None:
     parents = [common] if common is not None else []
     bundle = subparsers.add_parser(
         "bundle", parents=parents, help="write one signed transfer of images, signatures and attestations"
@@ -51,7 +57,7 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     imp.set_defaults(func=run_import)
 
 
-def _sources(args: argparse.Namespace):
+def _sources(args: argparse.Namespace) -> list[Source]:
     from ocicore.registry import Reference
     from xcforge.report.results import load_results
     from xcforge.transfer.collect import Source
@@ -78,7 +84,7 @@ def _sources(args: argparse.Namespace):
                 "build with --push (the bundle reads images and their signatures from the registry)"
             )
         ref = Reference.parse(f"{result.image_repo}@{result.digest}")
-        tags = tuple(Reference.parse(r).tag for r in result.refs if Reference.parse(r).tag)
+        tags = tuple(tag for r in result.refs if (tag := Reference.parse(r).tag))
         sources.append(Source(ref, tags, name))
     return sources
 
@@ -165,7 +171,7 @@ def run_import(args: argparse.Namespace) -> int:
     return 0
 
 
-def _outputs(path: Path | None, lines: list[str], doc: dict) -> None:
+def _outputs(path: Path | None, lines: list[str], doc: dict[str, Any]) -> None:
     from xcforge.console import write_step_summary
 
     if path is not None:

@@ -15,7 +15,7 @@ from xcforge.errors import ConfigError
 from xcforge.paths import REPO_ROOT
 
 
-def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
     workflows = subparsers.add_parser(
         "workflows",
         parents=[common],

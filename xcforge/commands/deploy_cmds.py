@@ -12,12 +12,12 @@ from pathlib import Path
 
 from xcforge.commands._drift import report_drift
 from xcforge.commands._paths import blocking_file, unwritable_reason
-from xcforge.config.matrix import load_matrix
+from xcforge.config.matrix import Matrix, load_matrix
 from xcforge.errors import ConfigError
 from xcforge.paths import REPO_ROOT
 
 
-def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
     parser = subparsers.add_parser(
         "deploy",
         parents=[common],
@@ -202,7 +202,7 @@ def _argv_for_header(args: argparse.Namespace) -> list[str]:
     return argv
 
 
-def _examples(args: argparse.Namespace, matrix) -> int:
+def _examples(args: argparse.Namespace, matrix: Matrix) -> int:
     from xcforge.deploy.manifests import write_or_check_examples
     from xcforge.deploy.monitoring import write_or_check_monitoring
 

@@ -11,7 +11,7 @@ from xcforge.config.site import SiteConfig, load_site
 from xcforge.plan import deps
 
 
-def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
     parser = subparsers.add_parser(
         "deps",
         parents=[common],

@@ -13,7 +13,7 @@ from xcforge.plan import doc_tables, readme_table
 from xcforge.plan.render import write_or_check
 
 
-def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
     parser = subparsers.add_parser(
         "render",
         parents=[common],

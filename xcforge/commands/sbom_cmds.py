@@ -15,7 +15,7 @@ from xcforge.attest import sbom
 from xcforge.errors import ConfigError
 
 
-def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
     parser = subparsers.add_parser(
         "sbom",
         parents=[common],

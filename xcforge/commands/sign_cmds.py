@@ -12,17 +12,26 @@ import argparse
 import contextlib
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from signing.errors import VerificationFailed
 from xcforge.commands._paths import blocking_file, unwritable_reason
 from xcforge.errors import ConfigError
 from xcforge.sign import keys
 
+if TYPE_CHECKING:  # each command imports what it uses when it runs
+    from ocicore.registry import Reference
+    from signing.audit import AuditLog
+    from xcforge.bake.result import BuildResult
+    from xcforge.sign.stage import SigningKeys
+
 AUDIT_ENV = "XCFORGE_AUDIT_LOG"
 DEFAULT_KEY_DIR = Path(".xcforge/keys")  # ignored by git, so a key is never committed by accident
 
 
-def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser | None = None) -> None:
+def register(
+    subparsers: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser | None = None
+) -> None:
     parents = [common] if common is not None else []
 
     keygen = subparsers.add_parser("keygen", parents=parents, help="create an SM2 and/or cosign key pair")
@@ -146,7 +155,7 @@ def _check_directory(path: Path, what: str) -> None:
         raise ConfigError(f"{what} {path}: {where}; give a directory")
 
 
-def _audit(args: argparse.Namespace):
+def _audit(args: argparse.Namespace) -> AuditLog | None:
     """The audit log the command appends to, checked before the command does anything else."""
     from signing.audit import AuditLog
 
@@ -229,15 +238,16 @@ def run_keygen(args: argparse.Namespace) -> int:
     written: list[Path] = []
     try:
         if args.sm2:
-            key = Sm2PrivateKey.generate()
-            _write_private(args.out / "sm2.key", key.to_pem(passwords["sm2"] or None), args.force, written)
-            _write_public(args.out / "sm2.pub", key.public_key.to_pem(), args.force, written)
-            made.append(("sm2", key.key_id, args.out / "sm2.key", args.out / "sm2.pub"))
+            sm2_key = Sm2PrivateKey.generate()
+            _write_private(args.out / "sm2.key", sm2_key.to_pem(passwords["sm2"] or None), args.force, written)
+            _write_public(args.out / "sm2.pub", sm2_key.public_key.to_pem(), args.force, written)
+            made.append(("sm2", sm2_key.key_id, args.out / "sm2.key", args.out / "sm2.pub"))
         if args.cosign:
-            key = CosignPrivateKey.generate()
-            _write_private(args.out / "cosign.key", key.to_cosign_pem(passwords["cosign"] or ""), args.force, written)
-            _write_public(args.out / "cosign.pub", key.public_key.to_pem(), args.force, written)
-            made.append(("cosign", key.key_id, args.out / "cosign.key", args.out / "cosign.pub"))
+            cosign_key = CosignPrivateKey.generate()
+            cosign_pem = cosign_key.to_cosign_pem(passwords["cosign"] or "")
+            _write_private(args.out / "cosign.key", cosign_pem, args.force, written)
+            _write_public(args.out / "cosign.pub", cosign_key.public_key.to_pem(), args.force, written)
+            made.append(("cosign", cosign_key.key_id, args.out / "cosign.key", args.out / "cosign.pub"))
     except OSError as exc:
         for path in written:  # no half-made key set
             with contextlib.suppress(OSError):
@@ -263,7 +273,7 @@ def _annotations(pairs: list[str]) -> dict[str, str]:
     return out
 
 
-def _recorded(args: argparse.Namespace, command: str):
+def _recorded(args: argparse.Namespace, command: str) -> tuple[list[BuildResult], BuildResult]:
     """(every record of the report, the one of --target) for `sign --target` and `verify --target`."""
     from xcforge.report.results import load_results
 
@@ -276,7 +286,7 @@ def _recorded(args: argparse.Namespace, command: str):
     return results, matches[-1]
 
 
-def _sign_target(args: argparse.Namespace, signing_keys) -> int:
+def _sign_target(args: argparse.Namespace, signing_keys: SigningKeys) -> int:
     """`sign --target T`: the sign stage's own sign_recorded on the recorded result (gzip and zstd
     digests alike), its signatures written back into the report."""
     from xcforge.errors import XcforgeError
@@ -311,7 +321,7 @@ def _sign_target(args: argparse.Namespace, signing_keys) -> int:
     return 0
 
 
-def _signing_keys(args: argparse.Namespace):
+def _signing_keys(args: argparse.Namespace) -> SigningKeys:
     """The keys `sign` was given (files or environment), refused when there are none."""
     from xcforge.sign.stage import SigningKeys
 
@@ -352,7 +362,7 @@ def run_sign(args: argparse.Namespace) -> int:
         repository=ref.name if args.archive else repository,
         digests=[ref.digest],
         archive=args.archive,
-        statements=_statements(args, ref) if signing_keys.any_key else {},
+        statements=_statements(args, ref, ref.digest) if signing_keys.any_key else {},
         annotations=annotations,
         insecure=args.insecure,
     )
@@ -364,7 +374,7 @@ def run_sign(args: argparse.Namespace) -> int:
     return 0
 
 
-def _statements(args: argparse.Namespace, ref) -> dict:
+def _statements(args: argparse.Namespace, ref: Reference, digest: str) -> dict[str, list[tuple[str, bytes]]]:
     """Each platform's SBOM and provenance statements, read back from the archive or the registry."""
     from ocicore.registry import RegistryClient
     from xcforge.attest.attestations import archive_statements, registry_statements
@@ -373,7 +383,7 @@ def _statements(args: argparse.Namespace, ref) -> dict:
         per_platform = archive_statements(args.archive, ref.name)
     else:
         client = RegistryClient(ref.registry, insecure=args.insecure)
-        per_platform = registry_statements(client, ref.repository, ref.name, ref.digest)
+        per_platform = registry_statements(client, ref.repository, ref.name, digest)
     if not per_platform:
         print("note: no SBOM or provenance found for this image; only the image digest was signed")
     for platform_digest, statements in per_platform.items():
@@ -396,7 +406,7 @@ def _target_reference(args: argparse.Namespace) -> tuple[str, Path | None, list[
     return f"{result.image_repo}@{result.digest}", archive, variants
 
 
-def _load_report(directory: Path):
+def _load_report(directory: Path) -> list[BuildResult]:
     try:
         from xcforge.report.results import load_results
     except ImportError as exc:

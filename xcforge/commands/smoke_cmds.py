@@ -7,6 +7,7 @@ from pathlib import Path
 
 from ocicore.digest import is_sha256
 from xcforge.bake.docker_env import check_docker
+from xcforge.bake.result import BuildResult
 from xcforge.commands._paths import blocking_file
 from xcforge.config.matrix import load_matrix
 from xcforge.errors import ConfigError, SmokeFailed
@@ -15,7 +16,7 @@ from xcforge.report.results import load_results, print_table, with_outcomes, wri
 from xcforge.smoke.checks import SmokeSubject, device_flags, run_smoke, smoke_outcome
 
 
-def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
     parser = subparsers.add_parser(
         "smoke",
         parents=[common],
@@ -38,7 +39,7 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     parser.set_defaults(func=run)
 
 
-def _load_results(dist: Path) -> list:
+def _load_results(dist: Path) -> list[BuildResult]:
     if dist.exists() and not dist.is_dir():
         raise ConfigError(f"--dist {dist}: is a file; give the directory holding report.json")
     return load_results(dist)
@@ -75,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
         engine_install = record.engine_install
         archive = Path(record.archive) if record.archive else None
     native = check_docker().native_platform
-    flags = ()
+    flags: tuple[str, ...] = ()
     if args.device:
         flags = device_flags(target)
         if target.runtime.devices and "--device" not in flags:

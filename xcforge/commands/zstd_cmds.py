@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from xcforge.errors import ConfigError, XcforgeError
 from xcforge.paths import DIST_DIR
 
+if TYPE_CHECKING:
+    from xcforge.bake.result import BuildResult
 
-def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
     parser = subparsers.add_parser(
         "zstd",
         parents=[common],
@@ -30,7 +34,7 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     parser.set_defaults(func=run)
 
 
-def _chosen(args: argparse.Namespace, results: list) -> list:
+def _chosen(args: argparse.Namespace, results: list[BuildResult]) -> list[BuildResult]:
     from xcforge.config.matrix import load_matrix
     from xcforge.publish.zstd import why_not_publishable
 

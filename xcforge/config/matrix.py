@@ -13,7 +13,7 @@ import difflib
 import errno
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeGuard, get_args
 
 from packaging.version import InvalidVersion, Version
 from pydantic import (
@@ -25,12 +25,21 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic_core import ErrorDetails
 
 from ocicore.digest import is_sha256
-from xcforge.config.yaml_source import Lines, line_of, load_yaml
+from xcforge.config.yaml_source import Lines, Loc, line_of, load_yaml
 from xcforge.errors import ConfigError
 
 Platform = Literal["linux/amd64", "linux/arm64"]
+Arch = Literal["amd64", "arm64"]  # a Platform's architecture, the key of per-architecture settings
+
+
+def is_arch(name: str) -> TypeGuard[Arch]:
+    """`name` is an architecture the matrix builds for (`linux/<name>` is a Platform)."""
+    return name in get_args(Arch)
+
+
 # The engine's backends are the modules of images/engine/src/xcforge_engine/backends/ (each one
 # names itself there): a target's `backend` must be one of them, and nothing here lists them.
 ENGINE_BACKENDS_DIR = Path(__file__).resolve().parents[2] / "images/engine/src/xcforge_engine/backends"
@@ -244,7 +253,7 @@ class LlamaCppBuild(_Frozen):
     # CMake options for every arch, and per arch the instruction-set choice (the ISA baseline the
     # binary needs: cpu_isa must say the same).
     cmake_flags: tuple[str, ...] = ()
-    arch_flags: dict[Literal["amd64", "arm64"], tuple[str, ...]] = Field(default_factory=dict)
+    arch_flags: dict[Arch, tuple[str, ...]] = Field(default_factory=dict)
     binaries: tuple[str, ...] = ("llama-server",)
 
     @field_validator("cmake_flags", "binaries")
@@ -530,7 +539,7 @@ class EmulatedCpu(_Frozen):
 
     @field_validator("serves_on", "refuses")
     @classmethod
-    def _models(cls, v):
+    def _models(cls, v: str | tuple[str, ...]) -> str | tuple[str, ...]:
         for name in (v,) if isinstance(v, str) else v:
             if not re.match(r"^[a-z0-9][a-z0-9.-]{0,40}$", name):
                 raise ValueError(f"{_shown(name)} is not a QEMU CPU model name (e.g. neoverse-n1, cortex-a57)")
@@ -547,7 +556,7 @@ class Smoke(_Frozen):
     # Every metric name the server exports on /metrics starts with this.
     metrics_prefix: str = "vllm:"
     # Per non-native arch: serve under emulation with this CPU model (slow: minutes to /health).
-    emulated: dict[Literal["amd64", "arm64"], EmulatedCpu] = Field(default_factory=dict)
+    emulated: dict[Arch, EmulatedCpu] = Field(default_factory=dict)
     files: tuple[str, ...] = ()
     commands: tuple[SmokeCommand, ...] = ()
     # Devices `doctor --json` must report missing on a machine without the hardware.
@@ -597,14 +606,14 @@ class Target(_Frozen):
     # Search paths put in front of the base's own value (`ours:$BASE`), never replacing it.
     env_prepend: dict[str, SearchPath] = Field(default_factory=dict)
     # Per arch (amd64/arm64): the CPU features its engine needs, and the image to use without them.
-    cpu_isa: dict[Literal["amd64", "arm64"], CpuIsa] = Field(default_factory=dict)
+    cpu_isa: dict[Arch, CpuIsa] = Field(default_factory=dict)
     cpu_isa_instead: OneLine | None = None
     # Libraries preloaded into every process of the image (tcmalloc for vLLM's CPU backend), by
     # file name under /usr/lib/<multiarch>/; linked to a fixed path so one ENV fits every arch.
     preload: tuple[FileName, ...] = ()
     # Libraries preloaded on one architecture only (arch → absolute paths, e.g. the engine's libiomp5 on
     # amd64): written to /etc/xcforge/preload at build time, put ahead of LD_PRELOAD by xcforge-env.
-    arch_preload: dict[Literal["amd64", "arm64"], tuple[AbsPath, ...]] = Field(default_factory=dict)
+    arch_preload: dict[Arch, tuple[AbsPath, ...]] = Field(default_factory=dict)
     runtime: Runtime
     ci: CiSpec
     healthcheck: Healthcheck
@@ -824,7 +833,7 @@ def _parse_version(v: str) -> Version:
         raise ValueError(f"{_shown(v)} is not a PEP 440 version like 0.11.0 or 0.11.0rc1") from None
 
 
-def _deep_merge(base: dict, override: dict) -> dict:
+def _deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
     out = copy.deepcopy(base)
     for key, value in override.items():
         if isinstance(value, dict) and isinstance(out.get(key), dict):
@@ -841,10 +850,10 @@ def _format_errors(
     path: Path,
     exc: ValidationError,
     *,
-    prefix: tuple,
+    prefix: Loc,
     model: type[BaseModel],
-    own: dict | None = None,
-    defaults: dict | None = None,
+    own: dict[str, Any] | None = None,
+    defaults: dict[str, Any] | None = None,
     lines: Lines | None = None,
 ) -> str:
     out = []
@@ -862,14 +871,14 @@ def _format_errors(
     return "\n".join(out)
 
 
-def _where(prefix: tuple, loc: tuple, own: dict | None, defaults: dict | None) -> str:
+def _where(prefix: Loc, loc: Loc, own: dict[str, Any] | None, defaults: dict[str, Any] | None) -> str:
     """Name the field where the user wrote it: in the target, or in `defaults` it inherited."""
     if own is not None and defaults is not None and not _has_path(own, loc) and _has_path(defaults, loc):
         return f"{_dotted(('defaults', *loc))} (inherited by {_dotted(prefix)})"
     return _dotted((*prefix, *loc))
 
 
-def _has_path(data: Any, loc: tuple) -> bool:
+def _has_path(data: Any, loc: Loc) -> bool:
     cur = data
     for part in loc:
         in_dict = isinstance(cur, dict) and part in cur
@@ -881,7 +890,7 @@ def _has_path(data: Any, loc: tuple) -> bool:
     return True
 
 
-def _dotted(loc: tuple) -> str:
+def _dotted(loc: Loc) -> str:
     out = ""
     for part in loc:
         if part == "[key]":  # pydantic's marker for a refused mapping key: the key itself is named already
@@ -893,7 +902,7 @@ def _dotted(loc: tuple) -> str:
     return out
 
 
-def _explain(err: dict, model: type[BaseModel], loc: tuple) -> str:
+def _explain(err: ErrorDetails, model: type[BaseModel], loc: Loc) -> str:
     kind = err["type"]
     value = err.get("input")
     if kind == "extra_forbidden":
@@ -914,7 +923,7 @@ def _explain(err: dict, model: type[BaseModel], loc: tuple) -> str:
     return f"{message[:1].lower()}{message[1:]} (got {_shown(value)})"
 
 
-def _fields_at(model: type[BaseModel], loc: tuple) -> list[str]:
+def _fields_at(model: type[BaseModel], loc: Loc) -> list[str]:
     """The field names of the (nested) model at loc, for suggestions."""
     current: Any = model
     for part in loc:

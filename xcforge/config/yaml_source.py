@@ -9,13 +9,14 @@ both lines, and every mapping key and list item is mapped to its line so errors 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from xcforge.errors import ConfigError
 
-Lines = dict[tuple, int]
+Loc = tuple[str | int, ...]  # a place in a document: its keys and list indexes, from the top
+Lines = dict[Loc, int]
 
 
 # A config file is small: bounds that no real one comes near, so that an alias bomb ("billion
@@ -59,10 +60,13 @@ def _check_shape(root: yaml.Node, path: Path) -> None:
 
 # libyaml's parser where PyYAML was built with it (every wheel on PyPI is): the same documents and
 # errors, five times faster than the pure-Python one (matrix.yaml: 0.1 s of every command).
-_BaseLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+if TYPE_CHECKING:  # checked against the C loader's interface; the pure-Python one has the same
+    _BaseLoader = yaml.CSafeLoader
+else:
+    _BaseLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-class _Loader(_BaseLoader):  # type: ignore[misc, valid-type]
+class _Loader(_BaseLoader):
     """SafeLoader whose constructors fail as YAML errors with a line (`!!int abc`, `2024-13-45`)."""
 
     def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
@@ -105,7 +109,7 @@ def load_yaml(text: str, path: Path) -> tuple[Any, Lines]:
     return data, lines
 
 
-def _walk(node: yaml.Node, here: tuple, lines: Lines, path: Path) -> None:
+def _walk(node: yaml.Node, here: Loc, lines: Lines, path: Path) -> None:
     lines.setdefault(here, node.start_mark.line + 1)
     if isinstance(node, yaml.MappingNode):
         seen: dict[Any, int] = {}
@@ -133,7 +137,7 @@ def _walk(node: yaml.Node, here: tuple, lines: Lines, path: Path) -> None:
         )
 
 
-def line_of(lines: Lines | None, location: tuple) -> int | None:
+def line_of(lines: Lines | None, location: Loc) -> int | None:
     """The line of the deepest part of `location` that exists in the file."""
     if not lines:
         return None

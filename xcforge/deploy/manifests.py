@@ -226,7 +226,7 @@ def _check_options(target: Target, options: DeployOptions) -> tuple[str, str]:
     return name, arch
 
 
-def _security(target: Target) -> tuple[dict, dict]:
+def _security(target: Target) -> tuple[dict[str, Any], dict[str, Any]]:
     """(pod securityContext, container securityContext) from the matrix user and docker flags."""
     user = target.runtime.user
     caps: list[str] = []
@@ -264,7 +264,7 @@ def _security(target: Target) -> tuple[dict, dict]:
     return pod, container
 
 
-def _probe(port_name: str, *, period: int, timeout: int, failures: int) -> dict:
+def _probe(port_name: str, *, period: int, timeout: int, failures: int) -> dict[str, Any]:
     return {
         "httpGet": {"path": HEALTH_PATH, "port": port_name},
         "periodSeconds": period,
@@ -273,7 +273,7 @@ def _probe(port_name: str, *, period: int, timeout: int, failures: int) -> dict:
     }
 
 
-def kubernetes_manifests(matrix: Matrix, target: Target, options: DeployOptions) -> list[dict]:
+def kubernetes_manifests(matrix: Matrix, target: Target, options: DeployOptions) -> list[dict[str, Any]]:
     name, arch = _check_options(target, options)
     runtime = target.runtime
     labels = {
@@ -296,7 +296,7 @@ def kubernetes_manifests(matrix: Matrix, target: Target, options: DeployOptions)
     accelerated = runtime.k8s_resource is not None
     requests: dict[str, Any] = {"cpu": options.cpu, "memory": options.memory}
     limits: dict[str, Any] = {"memory": options.memory}
-    if accelerated:
+    if runtime.k8s_resource is not None:  # accelerated
         requests[runtime.k8s_resource] = options.accelerators
         limits[runtime.k8s_resource] = options.accelerators
     else:
@@ -304,10 +304,10 @@ def kubernetes_manifests(matrix: Matrix, target: Target, options: DeployOptions)
         # static CPU manager), and the launcher sizes OpenMP threads from the quota/cpuset.
         limits["cpu"] = options.cpu
 
-    volumes: list[dict] = [
+    volumes: list[dict[str, Any]] = [
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm_quantity(runtime.shm_size)}}
     ]
-    mounts: list[dict] = [{"name": "dshm", "mountPath": "/dev/shm"}]
+    mounts: list[dict[str, Any]] = [{"name": "dshm", "mountPath": "/dev/shm"}]
     if options.model_pvc:
         volumes.append({"name": "model", "persistentVolumeClaim": {"claimName": options.model_pvc, "readOnly": True}})
     else:
@@ -412,7 +412,7 @@ class _Dumper(yaml.SafeDumper):
         return True  # shared dicts are written out in full: no &id001 anchors in files people read
 
 
-def render_manifests(docs: list[dict], header: str = "") -> str:
+def render_manifests(docs: list[dict[str, Any]], header: str = "") -> str:
     body = yaml.dump_all(docs, Dumper=_Dumper, sort_keys=False, explicit_start=True, width=4096)
     return header + body
 

@@ -19,6 +19,7 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from xcforge import __version__
 from xcforge.config.matrix import DeviceExporter, Matrix, Target
@@ -334,13 +335,13 @@ def _checked(names: set[str], allowed: frozenset[str], forbidden: frozenset[str]
 # --------------------------------------------------------------------------- per-target objects
 
 
-def _example_objects(matrix: Matrix, target: Target) -> dict[str, dict]:
+def _example_objects(matrix: Matrix, target: Target) -> dict[str, dict[str, Any]]:
     """The committed example's Deployment, Service and HPA: monitoring selects and replaces exactly those."""
     options = manifests.DeployOptions(image=manifests.example_image(target), model=manifests.EXAMPLE_MODEL)
     return {d["kind"]: copy.deepcopy(d) for d in manifests.kubernetes_manifests(matrix, target, options)}
 
 
-def service_monitor(service: dict, selector: dict[str, str]) -> dict:
+def service_monitor(service: dict[str, Any], selector: dict[str, str]) -> dict[str, Any]:
     """Prometheus scrapes the server's own port: vLLM and llama-server serve /metrics beside the API."""
     return {
         "apiVersion": MONITORING_API,
@@ -353,7 +354,7 @@ def service_monitor(service: dict, selector: dict[str, str]) -> dict:
     }
 
 
-def queue_hpa(example_hpa: dict, dialect: Dialect) -> dict:
+def queue_hpa(example_hpa: dict[str, Any], dialect: Dialect) -> dict[str, Any]:
     """The example's HPA (same name: applying this file replaces the CPU one) scaled on the engine's queue.
 
     prometheus-adapter exposes the queue gauge to the custom metrics API under `adapter_metric`, a name
@@ -372,7 +373,7 @@ def queue_hpa(example_hpa: dict, dialect: Dialect) -> dict:
     return hpa
 
 
-def _alert_rule(alert: Alert, selector: str, labels: dict[str, str]) -> dict:
+def _alert_rule(alert: Alert, selector: str, labels: dict[str, str]) -> dict[str, Any]:
     return {
         "alert": alert.name,
         "expr": _fill(alert.expr, selector, RULE_RATE),
@@ -382,7 +383,7 @@ def _alert_rule(alert: Alert, selector: str, labels: dict[str, str]) -> dict:
     }
 
 
-def device_rules(exporter: DeviceExporter) -> list[dict]:
+def device_rules(exporter: DeviceExporter) -> list[dict[str, Any]]:
     """Alerts on the vendor exporter's own metric names: an absent exporter leaves the devices unwatched."""
     rules = [
         {
@@ -406,12 +407,12 @@ def device_rules(exporter: DeviceExporter) -> list[dict]:
     return rules
 
 
-def prometheus_rule(target: Target, service: dict, dialect: Dialect) -> dict:
+def prometheus_rule(target: Target, service: dict[str, Any], dialect: Dialect) -> dict[str, Any]:
     """Alerts for one target's Service (selected by the `service` label prometheus-operator adds), and for
     its accelerator's exporter where the vendor publishes one."""
     name = service["metadata"]["name"]
     selector = f'service="{name}"'
-    groups = [
+    groups: list[dict[str, Any]] = [
         {
             "name": f"{name}.{dialect.name}",
             "rules": [_alert_rule(a, selector, {"xcforge_target": target.name}) for a in dialect.alerts],
@@ -421,7 +422,9 @@ def prometheus_rule(target: Target, service: dict, dialect: Dialect) -> dict:
     if exporter is not None:
         groups.append({"name": f"{name}.{exporter.name}", "rules": device_rules(exporter)})
     for group in groups:
-        allowed = series_names(dialect) if group is groups[0] else frozenset(exporter.metrics.values())
+        allowed = (
+            series_names(dialect) if group is groups[0] or exporter is None else frozenset(exporter.metrics.values())
+        )
         for rule in group["rules"]:
             _checked(metric_names(rule["expr"]), allowed, dialect.forbidden, f"{target.name}: {rule['alert']}")
     return {
@@ -432,7 +435,7 @@ def prometheus_rule(target: Target, service: dict, dialect: Dialect) -> dict:
     }
 
 
-def exporter_pod_monitor(exporter: DeviceExporter) -> dict | None:
+def exporter_pod_monitor(exporter: DeviceExporter) -> dict[str, Any] | None:
     """A PodMonitor for a vendor exporter published without a ServiceMonitor (none where the vendor ships one:
     two monitors would scrape every device twice)."""
     if exporter.pods is None:
@@ -454,7 +457,7 @@ def exporter_pod_monitor(exporter: DeviceExporter) -> dict | None:
     }
 
 
-def target_objects(matrix: Matrix, target: Target) -> list[dict]:
+def target_objects(matrix: Matrix, target: Target) -> list[dict[str, Any]]:
     """Everything deploy/monitoring/<target>.yaml holds, in apply order."""
     dialect = dialect_of(target)
     example = _example_objects(matrix, target)
@@ -467,7 +470,7 @@ def target_objects(matrix: Matrix, target: Target) -> list[dict]:
     return docs + ([monitor] if monitor else [])
 
 
-def _target_header(target: Target, docs: list[dict]) -> str:
+def _target_header(target: Target, docs: list[dict[str, Any]]) -> str:
     dialect = dialect_of(target)
     lines = [
         "# Made by `python build.py deploy --examples`",
@@ -524,7 +527,7 @@ def adapter_values(dialects: list[Dialect]) -> str:
     return header + manifests.render_manifests([{"rules": {"default": False, "custom": rules}}]).replace("---\n", "", 1)
 
 
-def _variable(name: str, label: str, query: str, *, multi: bool) -> dict:
+def _variable(name: str, label: str, query: str, *, multi: bool) -> dict[str, Any]:
     return {
         "name": name,
         "label": label,
@@ -541,7 +544,7 @@ def _variable(name: str, label: str, query: str, *, multi: bool) -> dict:
     }
 
 
-def dashboard(dialect: Dialect) -> dict:
+def dashboard(dialect: Dialect) -> dict[str, Any]:
     """A Grafana dashboard on the dialect's verified names only: namespace, Service and model/pod variables."""
     selector = f'namespace="$namespace",service=~"$service",{dialect.instance_label}=~"${dialect.instance_label}"'
     panels = []
@@ -603,7 +606,7 @@ def dashboard(dialect: Dialect) -> dict:
     }
 
 
-def dashboard_queries(board: dict) -> list[str]:
+def dashboard_queries(board: dict[str, Any]) -> list[str]:
     """Every PromQL text a dashboard holds: panel targets and variable queries (for the tests' checks)."""
     queries = [t["expr"] for p in board["panels"] for t in p["targets"]]
     queries += [v["query"]["query"] for v in board["templating"]["list"] if v["type"] == "query"]

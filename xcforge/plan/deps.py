@@ -39,6 +39,7 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
@@ -140,7 +141,7 @@ class LockSet:
         return "sha256:" + hashlib.sha256(blob).hexdigest()
 
 
-def _without_empty_fields(dumped: dict) -> dict:
+def _without_empty_fields(dumped: dict[str, Any]) -> dict[str, Any]:
     later = ("stack", "vendor_only", "vendor_requirements", "sdist_only")
     return {key: value for key, value in dumped.items() if key not in later or value}
 
@@ -198,7 +199,7 @@ class SetResult:
     plugin_requires: list[str] = field(default_factory=list)
     plugin_sdist_sha256: str | None = None  # a public plugin's sdist, read for its requirements
 
-    def summary(self) -> dict:
+    def summary(self) -> dict[str, Any]:
         s = self.set
         vendor_only = [p.pin for p in placeholders.vendor_only(s.target)]
         return (
@@ -248,7 +249,8 @@ class IndexProbe:
     """Which indexes answer from here (any HTTP answer counts; no answer in time does not)."""
 
     def __init__(self, site: SiteConfig, timeout: float = 8.0) -> None:
-        self._site, self._timeout, self._seen = site, timeout, {}
+        self._site, self._timeout = site, timeout
+        self._seen: dict[str, bool] = {}
 
     def reachable(self, url: str) -> bool:
         if url not in self._seen:
@@ -559,7 +561,7 @@ def _finish(result: SetResult, status: str, text: str, needs: list[str]) -> SetR
         f"# xcforge-vendor-only: {p.pin} ({p.reason}; not in this lock: the plugin step installs it --no-deps)"
         for p in placeholders.vendor_only(s.target)
     ]
-    if result.plugin and result.plugin != "locked":
+    if result.plugin and result.plugin != "locked" and s.target.plugin:  # (a plugin status: the target has one)
         header.append(f"# xcforge-not-locked: {s.target.plugin.name} {s.target.plugin.version} ({result.plugin})")
     indexes = sorted({m.group(1) for m in re.finditer(r"#\s+from (\S+)", text)})
     header.append(f"# xcforge-indexes: {' '.join(indexes) or '-'}")

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import TypedDict
 
 from xcforge import generated
 from xcforge.config.matrix import Matrix
@@ -34,7 +35,17 @@ print(json.dumps([
 """
 
 
-def engine_backends(root: Path) -> list[dict]:
+class EngineBackend(TypedDict):
+    """One backend as _READ_BACKENDS prints it."""
+
+    name: str
+    title: str
+    probe: str | None
+    device_word: str
+    visible_env: list[str]
+
+
+def engine_backends(root: Path) -> list[EngineBackend]:
     """Each backend module's name, title, probe, device word and device-selection variables, in
     the launcher's own order (accelerators first: the order it probes them in)."""
     env = {
@@ -46,10 +57,11 @@ def engine_backends(root: Path) -> list[dict]:
     )
     if out.returncode != 0:
         raise RenderError(f"reading the engine's backends from {root / ENGINE_SRC} failed:\n{out.stderr.strip()}")
-    return json.loads(out.stdout)
+    backends: list[EngineBackend] = json.loads(out.stdout)
+    return backends
 
 
-def backends_table(matrix: Matrix, backends: list[dict]) -> str:
+def backends_table(matrix: Matrix, backends: list[EngineBackend]) -> str:
     rows = [
         "| backend | title | probed by (control node) | device | device-selection variables | targets |",
         "|---|---|---|---|---|---|",

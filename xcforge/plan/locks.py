@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 from xcforge.config.matrix import Matrix, Target
 from xcforge.errors import ConfigError
@@ -30,12 +31,13 @@ def deps_path(matrix: Matrix, target: Target) -> Path:
     return matrix.images_dir / target.name / "locks" / "deps.json"
 
 
-def read_deps(matrix: Matrix, target: Target) -> dict | None:
+def read_deps(matrix: Matrix, target: Target) -> dict[str, Any] | None:
     path = deps_path(matrix, target)
     if not path.exists():
         return None
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        deps: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+        return deps
     except (OSError, ValueError) as exc:
         raise ConfigError(
             f"{path}: unreadable ({exc}); regenerate it with `python build.py deps --target {target.name}`"
@@ -44,11 +46,12 @@ def read_deps(matrix: Matrix, target: Target) -> dict | None:
 
 def set_status(
     matrix: Matrix, target: Target, platform: str, python: str | None = None, fallback: bool = False
-) -> dict | None:
+) -> dict[str, Any] | None:
     """The committed summary of one set (the vendor's Python unless `python` says otherwise)."""
     deps = read_deps(matrix, target) or {}
     python = python or target.python.version
-    for entry in deps.get("sets", []):
+    sets: list[dict[str, Any]] = deps.get("sets", [])
+    for entry in sets:
         if (
             entry.get("platform") == platform
             and entry.get("python") == python

@@ -39,11 +39,11 @@ def _locks(matrix: Matrix, target: Target) -> str:
             status, needs = ("locked" if locks.engine_sdist_pin(matrix, target) else "missing"), ""
         parts.append(f"{platform.split('/', 1)[1]}: {status}{needs}")
     fallback = target.engine.fallback
-    for platform in fallback.platforms if fallback else ():
-        entry = locks.set_status(matrix, target, platform, fallback=True) or {}
-        parts.append(
-            f"{platform.split('/', 1)[1]} fallback {fallback.version} (PyPI only): {entry.get('status', 'missing')}"
-        )
+    if fallback:
+        for platform in fallback.platforms:
+            entry = locks.set_status(matrix, target, platform, fallback=True) or {}
+            status = entry.get("status", "missing")
+            parts.append(f"{platform.split('/', 1)[1]} fallback {fallback.version} (PyPI only): {status}")
     return "; ".join(parts)
 
 

@@ -10,9 +10,10 @@ import json
 import os
 import re
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from xcforge import generated
 from xcforge.config.matrix import Matrix, Target
@@ -55,7 +56,7 @@ def _loader(templates_dir: Path) -> jinja2.FileSystemLoader:
     class Loader(jinja2.FileSystemLoader):
         """FileSystemLoader that names the template file when it is not UTF-8 text."""
 
-        def get_source(self, environment: jinja2.Environment, template: str):  # type: ignore[override]
+        def get_source(self, environment: jinja2.Environment, template: str) -> tuple[str, str, Callable[[], bool]]:
             try:
                 return super().get_source(environment, template)
             except UnicodeDecodeError as exc:
@@ -198,7 +199,7 @@ def install_spec(target: Target) -> str:
     return json.dumps(spec, sort_keys=True, separators=(",", ":"))
 
 
-def render_context(matrix: Matrix, target: Target) -> dict:
+def render_context(matrix: Matrix, target: Target) -> dict[str, Any]:
     return {
         "env_prepend": env_prepend(target),
         "env_scripts": list(target.base.env_scripts),

@@ -61,7 +61,7 @@ class Stamp:
 
     def current(self) -> bool:
         try:
-            return json.loads(self.path.read_text()).get("inputs") == self.inputs
+            return bool(json.loads(self.path.read_text()).get("inputs") == self.inputs)
         except (OSError, ValueError, AttributeError):
             return False
 

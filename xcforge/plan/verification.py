@@ -13,6 +13,7 @@ with its reason.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from xcforge.config.matrix import Matrix, Target
 from xcforge.plan import locks, placeholders
@@ -39,7 +40,7 @@ class PlatformVerification:
     lock: str  # the lock's status for the vendor's Python: locked | partial | unverified | missing
     skipped: list[str] = field(default_factory=list)  # "step: reason"
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {"platform": self.platform, "level": self.level, "lock": self.lock, "skipped": self.skipped}
 
 
@@ -93,7 +94,7 @@ def planned(
         if _skipped_on(engine_install, arch):
             why = engine_note or (
                 f"it builds against the plugin's vendor stack, skipped: {target.plugin.needs_vendor}"
-                if target.engine_needs_plugin_stack and _skipped_on(plugin_install, arch)
+                if target.plugin and target.engine_needs_plugin_stack and _skipped_on(plugin_install, arch)
                 else "the site skips it (skip_engine_install)"
             )
             skipped.append(f"engine: skipped ({why})")

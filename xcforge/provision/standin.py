@@ -36,6 +36,7 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ocicore.errors import RegistryError
 from ocicore.registry import DOCKER_HUB, Reference, RegistryClient, RegistryNotFound, parse_reference
@@ -385,7 +386,7 @@ def ensure_rootfs(
             how = _bootstrap(arch, sources, partial, progress)
         seconds = time.monotonic() - started
         partial.replace(tarball)
-        meta = {
+        meta: dict[str, Any] = {
             "recipe": key,
             "how": how,
             "sha256": _sha256_file(tarball),

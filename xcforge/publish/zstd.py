@@ -46,7 +46,7 @@ import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from ocicore import media
 from ocicore.errors import RegistryError
@@ -54,6 +54,9 @@ from ocicore.registry import Manifest, Reference, RegistryClient, RegistryNotFou
 from xcforge.bake.result import BuildResult
 from xcforge.console import say
 from xcforge.errors import KNOWN_ERRORS, BuildFailed, ConfigError, exit_code
+
+if TYPE_CHECKING:
+    from xcforge.bake.stage import BuildRequest
 
 LAYER_GZIP = "application/vnd.oci.image.layer.v1.tar+gzip"
 LAYER_TAR = "application/vnd.oci.image.layer.v1.tar"
@@ -161,7 +164,8 @@ class _LayerSink:
         self.diff = hashlib.sha256()
         self.out = _HashingWriter(spool)
         compressor = zstandard.ZstdCompressor(level=level, threads=-1, write_checksum=True)
-        self._zstd = compressor.stream_writer(self.out, closefd=False)
+        # zstandard writes to it and flushes it, nothing else; its stub asks for a whole IO[bytes].
+        self._zstd = compressor.stream_writer(self.out, closefd=False)  # type: ignore[arg-type]  # write/flush only
         self._gunzip = zlib.decompressobj(wbits=31) if gzipped else None
         self._fed = False  # the current gzip member has had input
         self._members = 0
@@ -201,7 +205,8 @@ class _LayerSink:
                 raise _Damaged("truncated gzip (the stream ends inside a member)")
             if self._members == 0:
                 raise _Damaged("empty: no gzip member")
-        self._zstd.close()  # ends the frame; closefd=False keeps the spool open
+        # Ends the frame; closefd=False keeps the spool open.
+        self._zstd.close()  # type: ignore[no-untyped-call]  # zstandard's stub leaves close() unannotated
 
     @property
     def diff_id(self) -> str:
@@ -269,7 +274,7 @@ class _Run:
         with tempfile.TemporaryFile(prefix="xcforge-zstd-", dir=self.work_dir) as spool:
             sink = _LayerSink(spool, self.level, gzipped=media_type == LAYER_GZIP)
             try:
-                self.client.download_blob(self.repository, gzip_digest, sink)  # type: ignore[arg-type]
+                self.client.download_blob(self.repository, gzip_digest, sink)
                 sink.finish()
                 if sink.diff_id != diff_id:
                     raise _Damaged(f"its tar has digest {sink.diff_id}, but the config's diff_id is {diff_id}")
@@ -468,7 +473,7 @@ def publish_zstd(
     return PublishOutcome(result.target, (variant.as_dict(),), (note,))
 
 
-def publish_results(results: list[BuildResult], request) -> list[PublishOutcome]:
+def publish_results(results: list[BuildResult], request: BuildRequest) -> list[PublishOutcome]:
     """The publish stage of `build --push --zstd`: each pushed result's zstd variant."""
     work = request.options.dist_dir / ".cache" / "zstd"
     work.mkdir(parents=True, exist_ok=True)

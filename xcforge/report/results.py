@@ -14,7 +14,7 @@ import sys
 from collections.abc import Iterable
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TextIO
 
 from rich.console import Console
 from rich.table import Table
@@ -101,7 +101,7 @@ def _verified_cell(result: BuildResult) -> str:
     return "<br>".join(f"{v['platform'].split('/')[-1]}: {v['level']}" for v in result.verification) or "-"
 
 
-def _variant_sizes(variant: dict, sep: str) -> str:
+def _variant_sizes(variant: dict[str, Any], sep: str) -> str:
     """`amd64: 1.2 GiB → 1.0 GiB (0.83)` per platform: the gzip image's compressed size → the variant's."""
     cells = []
     for p in variant.get("platforms", []):
@@ -184,7 +184,7 @@ def markdown(results: list[BuildResult]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def print_table(results: list[BuildResult], stream=None) -> None:
+def print_table(results: list[BuildResult], stream: TextIO | None = None) -> None:
     console = Console(file=stream or sys.stderr, width=160)
     table = Table(title="xcforge build summary")
     for column in ("target", "status", "platforms", "digest", "size (compressed)", "duration", "cache", "base"):

@@ -9,9 +9,14 @@ import getpass
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Literal, overload
 
 from signing.errors import SigningError
 from xcforge.errors import ConfigError
+
+if TYPE_CHECKING:  # the key modules load when a key does
+    from signing.cosign_keys import CosignPrivateKey, CosignPublicKey
+    from signing.sm2_keys import Sm2PrivateKey, Sm2PublicKey
 
 SM2_KEY_ENV, COSIGN_KEY_ENV = "XCFORGE_SM2_KEY", "XCFORGE_COSIGN_KEY"
 SM2_PASSWORD_ENV, COSIGN_PASSWORD_ENV = "XCFORGE_SM2_PASSWORD", "XCFORGE_COSIGN_PASSWORD"
@@ -71,12 +76,12 @@ def is_encrypted(data: bytes) -> bool:
     return b"ENCRYPTED" in data[:200] or b"Proc-Type: 4,ENCRYPTED" in data
 
 
-def load_sm2_signing_key(path: Path | None):
+def load_sm2_signing_key(path: Path | None) -> Sm2PrivateKey | None:
     found = _key_bytes(path, SM2_KEY_ENV, "SM2 key")
     return None if found is None else _sm2_private(*found)
 
 
-def _sm2_private(data: bytes, source: str):
+def _sm2_private(data: bytes, source: str) -> Sm2PrivateKey:
     from signing.sm2_keys import load_sm2_private_key
 
     password = None
@@ -87,12 +92,12 @@ def _sm2_private(data: bytes, source: str):
     return load_sm2_private_key(data, password, source=source)
 
 
-def load_cosign_signing_key(path: Path | None):
+def load_cosign_signing_key(path: Path | None) -> CosignPrivateKey | None:
     found = _key_bytes(path, COSIGN_KEY_ENV, "cosign key")
     return None if found is None else _cosign_private(*found)
 
 
-def _cosign_private(data: bytes, source: str):
+def _cosign_private(data: bytes, source: str) -> CosignPrivateKey:
     from signing.cosign_keys import SIGSTORE_LABELS, load_cosign_private_key
 
     password = None
@@ -113,7 +118,15 @@ def _cosign_private(data: bytes, source: str):
         return load_cosign_private_key(data, "", source=source)
 
 
-def public_keys(paths: list[Path], env: str, scheme: str) -> list:
+@overload
+def public_keys(paths: list[Path], env: str, scheme: Literal["sm2"]) -> list[Sm2PublicKey]: ...
+@overload
+def public_keys(paths: list[Path], env: str, scheme: Literal["cosign"]) -> list[CosignPublicKey]: ...
+
+
+def public_keys(
+    paths: list[Path], env: str, scheme: Literal["sm2", "cosign"]
+) -> list[Sm2PublicKey] | list[CosignPublicKey]:
     from signing.cosign_keys import load_cosign_public_key
     from signing.sm2_keys import load_sm2_public_key
 
@@ -129,13 +142,17 @@ def public_keys(paths: list[Path], env: str, scheme: str) -> list:
         not_a_path(os.environ[env], env, what)
         pem_text(os.environ[env], env, what)
         blobs = [(os.environ[env].encode(), f"${env}")]
-    keys = []
-    for data, source in blobs:
-        if b"PRIVATE KEY" in data:  # a private key given (file or variable): trust its own public half
-            loaded = _sm2_private(data, source) if scheme == "sm2" else _cosign_private(data, source)
-            keys.append(loaded.public_key)
-        elif scheme == "sm2":
-            keys.append(load_sm2_public_key(data, source=source))
-        else:
-            keys.append(load_cosign_public_key(data, source=source))
-    return keys
+    # A private key given (file or variable): trust its own public half.
+    if scheme == "sm2":
+        return [
+            _sm2_private(data, source).public_key
+            if b"PRIVATE KEY" in data
+            else load_sm2_public_key(data, source=source)
+            for data, source in blobs
+        ]
+    return [
+        _cosign_private(data, source).public_key
+        if b"PRIVATE KEY" in data
+        else load_cosign_public_key(data, source=source)
+        for data, source in blobs
+    ]

@@ -12,11 +12,21 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from signing.audit import AuditLog
 from xcforge.bake.result import BuildResult
 from xcforge.errors import KNOWN_ERRORS, ConfigError, exit_code
+
+if TYPE_CHECKING:  # signing's schemes load when something is signed
+    from signing.cosign_keys import CosignPrivateKey
+    from signing.keyless import KeylessRecord
+    from signing.sign import AttestationRecord, SignatureRecord
+    from signing.sm2_keys import Sm2PrivateKey
+    from xcforge.bake.stage import BuildRequest
+
+    # What sign_subject returns, one per signature, attestation or keyless signature made.
+    SignedRecord = SignatureRecord | AttestationRecord | KeylessRecord
 
 AUDIT_ENV = "XCFORGE_AUDIT_LOG"
 
@@ -61,8 +71,8 @@ def record_variants(results: list[BuildResult], dist: Path, log: AuditLog | None
 
 @dataclass(frozen=True)
 class SigningKeys:
-    sm2: Any = None  # signing.sm2_keys.Sm2PrivateKey
-    cosign: Any = None  # signing.cosign_keys.CosignPrivateKey
+    sm2: Sm2PrivateKey | None = None
+    cosign: CosignPrivateKey | None = None
     sm2_dist_id: bytes = b"1234567812345678"  # GB/T 32918's default user ID
     keyless: bool = False
 
@@ -84,14 +94,23 @@ class SignSubject:
     insecure: bool = False
 
 
-def sign_subject(subject: SignSubject, keys: SigningKeys, audit) -> list:
+class _KeyArgs(TypedDict):
+    """The keyword arguments every signing.sign call of one subject shares."""
+
+    sm2_key: Sm2PrivateKey | None
+    cosign_key: CosignPrivateKey | None
+    sm2_dist_id: bytes
+    audit: AuditLog | None
+
+
+def sign_subject(subject: SignSubject, keys: SigningKeys, audit: AuditLog | None) -> list[SignedRecord]:
     """Sign every digest with every key, attest every statement, then keyless if asked. Returns the
     records (signing's SignatureRecord / AttestationRecord / keyless record), in that order. The
     one signing stage: `build --sign` and the `sign` command both come here."""
     from signing.sign import attest, sign_archive, sign_digest
 
-    common = {"sm2_key": keys.sm2, "cosign_key": keys.cosign, "sm2_dist_id": keys.sm2_dist_id, "audit": audit}
-    records: list = []
+    common: _KeyArgs = {"sm2_key": keys.sm2, "cosign_key": keys.cosign, "sm2_dist_id": keys.sm2_dist_id, "audit": audit}
+    records: list[SignedRecord] = []
     if keys.any_key:
         for digest in subject.digests:
             if subject.archive is not None:
@@ -102,10 +121,17 @@ def sign_subject(subject: SignSubject, keys: SigningKeys, audit) -> list:
                 records += sign_digest(
                     subject.repository, digest, annotations=subject.annotations, insecure=subject.insecure, **common
                 )
-        where = {"archive": subject.archive} if subject.archive is not None else {"repo": subject.repository}
+        # In the files beside the archive when there is one (attest then ignores `repo`), else the registry.
         for platform_digest, statements in subject.statements.items():
             if statements:
-                records += attest(statements, platform_digest, insecure=subject.insecure, **where, **common)
+                records += attest(
+                    statements,
+                    platform_digest,
+                    repo=subject.repository,
+                    archive=subject.archive,
+                    insecure=subject.insecure,
+                    **common,
+                )
     if keys.keyless and subject.archive is None:
         from signing.keyless import sign_keyless
 
@@ -121,10 +147,10 @@ def sign_subject(subject: SignSubject, keys: SigningKeys, audit) -> list:
     return records
 
 
-def _as_report_entry(record) -> dict:
+def _as_report_entry(record: SignedRecord) -> dict[str, Any]:
     if hasattr(record, "identity"):  # keyless
         return {"scheme": "sigstore", "digest": record.digest, "key_id": record.identity, "result": "signed"}
-    entry = {
+    entry: dict[str, Any] = {
         "scheme": record.scheme,
         "digest": record.digest,
         "key_id": record.key_id[:16],
@@ -174,7 +200,7 @@ class SignOutcome:
     error_code: int = 0
 
 
-def sign_results(results: list[BuildResult], request) -> list[SignOutcome]:
+def sign_results(results: list[BuildResult], request: BuildRequest) -> list[SignOutcome]:
     """The sign stage of `build --sign`: each built result's digests, SBOMs and provenance."""
     from xcforge.sign.keys import load_cosign_signing_key, load_sm2_signing_key
 
@@ -189,7 +215,7 @@ def sign_results(results: list[BuildResult], request) -> list[SignOutcome]:
     return [sign_recorded(result, keys, audit) for result in results if not result.error and result.digest]
 
 
-def sign_recorded(result: BuildResult, keys: SigningKeys, audit) -> SignOutcome:
+def sign_recorded(result: BuildResult, keys: SigningKeys, audit: AuditLog | None) -> SignOutcome:
     """Sign one build record's digests (signed_digests) and attest its SBOMs and provenance: the
     pipeline's sign stage, and `sign --target` on a recorded result."""
     notes = []

@@ -22,19 +22,25 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ocicore import layout, registry
-from xcforge.config.matrix import Target
+from xcforge.config.matrix import EmulatedCpu, Target, is_arch
 from xcforge.console import say
 from xcforge.errors import SmokeFailed
 from xcforge.paths import REPO_ROOT
 from xcforge.shell import run
 from xcforge.smoke import containers
 from xcforge.smoke.containers import RunSpec
+
+if TYPE_CHECKING:
+    from openai import OpenAI
+
+    from xcforge.bake.result import BuildResult
+    from xcforge.bake.stage import BuildRequest
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"
 TINY_MODEL_SCRIPT = REPO_ROOT / "tools" / "make_tiny_model.py"
@@ -93,13 +99,13 @@ def _say(message: str) -> None:
 # --------------------------------------------------------------------------- metadata
 
 
-def _configs(subject: SmokeSubject) -> dict[str, dict]:
+def _configs(subject: SmokeSubject) -> dict[str, dict[str, Any]]:
     if subject.archive:
         return layout.OciArchive(subject.archive).configs()
     return registry.image_configs(subject.ref)
 
 
-def check_metadata(subject: SmokeSubject, config: dict, platform: str) -> list[SmokeCheck]:
+def check_metadata(subject: SmokeSubject, config: dict[str, Any], platform: str) -> list[SmokeCheck]:
     target = subject.target
     cfg = config.get("config") or {}
     user = f"{target.runtime.user.uid}:{target.runtime.user.gid}"
@@ -134,8 +140,14 @@ def check_metadata(subject: SmokeSubject, config: dict, platform: str) -> list[S
 
 
 def _docker_run(
-    subject: SmokeSubject, platform: str, args: list[str], *, timeout: int = 600, entrypoint=None, extra=()
-) -> subprocess.CompletedProcess:
+    subject: SmokeSubject,
+    platform: str,
+    args: list[str],
+    *,
+    timeout: int = 600,
+    entrypoint: str | None = None,
+    extra: Sequence[str] = (),
+) -> subprocess.CompletedProcess[bytes]:
     """`docker run --rm` of the image (through the SDK): exit code, stdout and stderr as bytes."""
     spec = RunSpec(
         image=subject.ref,
@@ -236,7 +248,8 @@ def check_doctor(subject: SmokeSubject, platform: str) -> list[SmokeCheck]:
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        port: int = sock.getsockname()[1]
+        return port
 
 
 @contextlib.contextmanager
@@ -332,7 +345,7 @@ def served(subject: SmokeSubject, model_dir: Path, *, extra_env: dict[str, str] 
         yield ServedContainer(name=name, port=port, model="tiny")
 
 
-def container_state(name: str) -> dict:
+def container_state(name: str) -> dict[str, Any]:
     return containers.state(name)
 
 
@@ -353,7 +366,9 @@ def wait_healthy(container: ServedContainer, timeout: float = 420) -> tuple[bool
     return False, f"/health did not answer 200 within {timeout:.0f} s"
 
 
-def _talk(client, base: str, subject: SmokeSubject, record, step: list[str]) -> None:
+def _talk(
+    client: OpenAI, base: str, subject: SmokeSubject, record: Callable[[str, bool, str], bool], step: list[str]
+) -> None:
     """The requests an application makes, each recorded; `step` names the one in progress."""
     import requests
 
@@ -373,11 +388,8 @@ def _talk(client, base: str, subject: SmokeSubject, record, step: list[str]) -> 
     chat = client.chat.completions.create(
         model="tiny", messages=[{"role": "user", "content": "Hi"}], max_tokens=8, temperature=0
     )
-    record(
-        "chat completion",
-        bool(chat.choices) and chat.usage.completion_tokens > 0,
-        repr(chat.choices[0].message.content),
-    )
+    chat_tokens = chat.usage.completion_tokens if chat.usage else 0  # a server may leave usage out
+    record("chat completion", bool(chat.choices) and chat_tokens > 0, repr(chat.choices[0].message.content))
     step[0] = "streamed chat"
     stream = client.chat.completions.create(
         model="tiny", messages=[{"role": "user", "content": "Hi"}], max_tokens=8, stream=True
@@ -395,7 +407,7 @@ def what_happened(name: str, exc: Exception) -> str:
     return describe_failure(exc, container_state(name), containers.logs(name, tail=200))
 
 
-def describe_failure(exc: Exception, state: dict, logs: str) -> str:
+def describe_failure(exc: Exception, state: dict[str, Any], logs: str) -> str:
     if not state:
         where = "container gone"
     elif state.get("Running"):
@@ -522,8 +534,7 @@ def check_isa_refusal(subject: SmokeSubject, platform: str, cpu: str, model_dir:
     return SmokeCheck(f"isa gate refuses QEMU_CPU={cpu}", platform, PASS if ok else FAIL, detail)
 
 
-def _emulated(subject: SmokeSubject, platform: str, model_dir: Path | None) -> list[SmokeCheck]:
-    spec = subject.target.smoke.emulated[platform.split("/")[1]]
+def _emulated(subject: SmokeSubject, platform: str, spec: EmulatedCpu, model_dir: Path | None) -> list[SmokeCheck]:
     with tiny_model(model_dir) as model, tempfile.TemporaryDirectory(prefix="xcforge-cpuinfo-") as tmp:
         checks = [check_isa_refusal(subject, platform, cpu, model) for cpu in spec.refuses]
         cpuinfo = emulated_cpuinfo(subject, platform, spec.serves_on, Path(tmp))
@@ -536,8 +547,9 @@ def _serve_or_skip(subject: SmokeSubject, model_dir: Path | None) -> list[SmokeC
     for platform in subject.platforms:
         arch = platform.split("/")[1]
         skipped = subject.engine_install in ("skip", f"skip-{arch}")
-        if platform != subject.native_platform and arch in subject.target.smoke.emulated and not skipped:
-            checks += _emulated(subject, platform, model_dir)
+        emulated = subject.target.smoke.emulated.get(arch) if is_arch(arch) else None
+        if platform != subject.native_platform and emulated is not None and not skipped:
+            checks += _emulated(subject, platform, emulated, model_dir)
         elif platform != subject.native_platform:
             checks.append(
                 SmokeCheck(
@@ -588,7 +600,7 @@ class SmokeOutcome:
         return [c for c in self.checks if c["status"] == FAIL]
 
 
-def smoke_outcome(target: str, checks: list, *, device: bool) -> SmokeOutcome:
+def smoke_outcome(target: str, checks: list[SmokeCheck], *, device: bool) -> SmokeOutcome:
     """Checks → outcome: a served completion raises its platform to served-cpu (device-tested on
     the device runner); a failed check is the outcome's error (exit code 9, as SmokeFailed)."""
     level = "device-tested" if device else "served-cpu"
@@ -600,7 +612,7 @@ def smoke_outcome(target: str, checks: list, *, device: bool) -> SmokeOutcome:
     return SmokeOutcome(target, tuple(asdict(c) for c in checks), levels, error, SmokeFailed.exit_code if failed else 0)
 
 
-def smoke_results(results, request) -> list[SmokeOutcome]:
+def smoke_results(results: Iterable[BuildResult], request: BuildRequest) -> list[SmokeOutcome]:
     """The smoke stage of `build --smoke`: every built or skipped result, one outcome each."""
     from xcforge.bake.docker_env import check_docker
 

@@ -13,12 +13,17 @@ import functools
 import subprocess
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
 from xcforge.console import echo
 from xcforge.errors import ConfigError, EnvironmentProblem
 from xcforge.shell import DOCKER, run
 
 REMEDY = "run `scripts/provision.sh` (installs and starts the Docker engine)"
+
+if TYPE_CHECKING:  # the SDK is imported when a container is started
+    from docker import DockerClient
+    from docker.models.containers import Container
 
 
 @dataclass(frozen=True)
@@ -63,7 +68,8 @@ class RunSpec:
             attr = _FLAGS[flag]
             current = getattr(spec, attr)
             new = (*current, value) if isinstance(current, tuple) else value
-            spec = replace(spec, **{attr: new}, _shown=(*spec._shown, flag, value))
+            changes: dict[str, Any] = {attr: new, "_shown": (*spec._shown, flag, value)}  # the field _FLAGS names
+            spec = replace(spec, **changes)
         return spec
 
     def argv(self, *, detach: bool) -> list[str]:
@@ -87,11 +93,11 @@ class RunSpec:
             line += ["--entrypoint", self.entrypoint]
         return [*line, self.image, *self.command]
 
-    def sdk_kwargs(self) -> dict:
+    def sdk_kwargs(self) -> dict[str, Any]:
         import docker
 
-        kwargs: dict = {"command": list(self.command) or None}
-        optional = {
+        kwargs: dict[str, Any] = {"command": list(self.command) or None}
+        optional: dict[str, object] = {
             "name": self.name,
             "platform": self.platform,
             "entrypoint": [self.entrypoint] if self.entrypoint else None,
@@ -132,7 +138,7 @@ _FLAGS = {
 
 
 @functools.cache
-def client():
+def client() -> DockerClient:
     import docker
 
     try:
@@ -141,7 +147,7 @@ def client():
         raise EnvironmentProblem(f"the Docker engine is not reachable ({exc}); {REMEDY}") from None
 
 
-def _start(spec: RunSpec, *, detach: bool):
+def _start(spec: RunSpec, *, detach: bool) -> Container:
     """Echo the `docker run` line, then create and start the container (pulling it as docker run would).
 
     What the engine refuses (no such image, a bad device) is subprocess.CalledProcessError with exit
@@ -175,14 +181,14 @@ def _start(spec: RunSpec, *, detach: bool):
     return container
 
 
-def _remove(container) -> None:
+def _remove(container: Container) -> None:
     import docker
 
     with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
         container.remove(force=True)
 
 
-def run_to_exit(spec: RunSpec, *, timeout: float = 600, check: bool = False) -> subprocess.CompletedProcess:
+def run_to_exit(spec: RunSpec, *, timeout: float = 600, check: bool = False) -> subprocess.CompletedProcess[bytes]:
     """`docker run --rm`: run until it exits, return its exit code, stdout and stderr (bytes).
 
     Past timeout the container is removed and subprocess.TimeoutExpired raised, as for a process.
@@ -216,13 +222,14 @@ def detached(spec: RunSpec) -> Iterator[str]:
     """`docker run -d`, yielding the container's name; force-removed on the way out, whatever happened."""
     container = _start(spec, detach=True)
     try:
+        assert container.name is not None  # the engine names every container it creates
         yield container.name
     finally:
-        echo([DOCKER, "rm", "-f", container.name])
+        echo([DOCKER, "rm", "-f", container.name or container.short_id])
         _remove(container)
 
 
-def state(name: str) -> dict:
+def state(name: str) -> dict[str, Any]:
     """The container's State (Running, ExitCode, OOMKilled, Health); {} when it is gone."""
     import docker
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from xcforge.config.matrix import Matrix, Target
 from xcforge.config.site import SiteConfig, load_site
-from xcforge.errors import EnvironmentProblem
+from xcforge.errors import ConfigError, EnvironmentProblem
 from xcforge.paths import REPO_ROOT
 from xcforge.plan import deps, locks
 from xcforge.shell import DOCKER, run
@@ -58,8 +58,13 @@ def llama_sources(matrix: Matrix, target: Target, site: SiteConfig, into: Path) 
     if pin is None:
         raise EnvironmentProblem(f"no locks/engine-sdist.txt for {target.name}: run `python build.py deps`")
     version, sha256 = pin
+    build = target.engine.llama_cpp
+    if build is None:  # (the matrix does not tie smoke.model_format gguf to engine.llama_cpp)
+        raise ConfigError(
+            f"{target.name}: a GGUF smoke model needs llama.cpp's converter, and its engine is not llama.cpp"
+        )
     sdist, _ = deps.fetch_sdist(site, deps.index_of(site), target.engine.package, version, sha256)
-    source_dir = target.engine.llama_cpp.source_dir.strip("/")
+    source_dir = build.source_dir.strip("/")
     with tarfile.open(sdist) as tar:
         top = tar.getnames()[0].split("/", 1)[0]
         prefix = f"{top}/{source_dir}/"

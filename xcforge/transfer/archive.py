@@ -19,12 +19,15 @@ import io
 import json
 import os
 import tarfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, BinaryIO
+from typing import TYPE_CHECKING, BinaryIO, Protocol
 
 from xcforge.errors import BundleDamaged, ConfigError
+
+if TYPE_CHECKING:
+    from _typeshed import ReadableBuffer, WriteableBuffer
 
 BLOCK = tarfile.BLOCKSIZE
 CHUNKS_SUFFIX = ".chunks.json"
@@ -96,15 +99,16 @@ class ChunkedSink(io.RawIOBase):
             self.chunks[-1].sha256 = self._hash.hexdigest()
             self._fh = None
 
-    def write(self, data) -> int:  # type: ignore[override]
+    def write(self, data: ReadableBuffer) -> int:
         view = memoryview(data).cast("B")
         written = 0
         while written < len(view):
             if self._fh is None or (self.chunk_size is not None and self.chunks[-1].size >= self.chunk_size):
                 self._open_next()
+            assert self._fh is not None  # _open_next opened one
             room = len(view) - written if self.chunk_size is None else self.chunk_size - self.chunks[-1].size
             piece = view[written : written + room]
-            self._fh.write(piece)  # type: ignore[union-attr]
+            self._fh.write(piece)
             self._hash.update(piece)
             self._whole.update(piece)
             self.chunks[-1].size += len(piece)
@@ -145,10 +149,16 @@ class ChunkedSink(io.RawIOBase):
         self._partials = []
 
 
+class Sink(Protocol):
+    """Where a TarStream goes: a file, a pipe, a ChunkedSink (`write` may return None, as a raw file's may)."""
+
+    def write(self, data: bytes, /) -> int | None: ...
+
+
 class TarStream:
     """tar members written one after another into a sink, data streamed (no seek, no spool)."""
 
-    def __init__(self, sink: IO[bytes]) -> None:
+    def __init__(self, sink: Sink) -> None:
         self.sink = sink
 
     def _header(self, name: str, size: int) -> None:
@@ -165,7 +175,7 @@ class TarStream:
         self.sink.write(data)
         self._pad(len(data))
 
-    def add_stream(self, name: str, size: int, fill) -> None:
+    def add_stream(self, name: str, size: int, fill: Callable[[_CountingWriter], object]) -> None:
         """`fill(out)` writes exactly `size` bytes (e.g. a registry download that checks the digest)."""
         self._header(name, size)
         counter = _CountingWriter(self.sink)
@@ -179,7 +189,7 @@ class TarStream:
 
 
 class _CountingWriter:
-    def __init__(self, sink: IO[bytes]) -> None:
+    def __init__(self, sink: Sink) -> None:
         self.sink, self.count = sink, 0
 
     def write(self, data: bytes) -> int:
@@ -279,7 +289,7 @@ class JoinedReader(io.RawIOBase):
         self._pos = max(0, base + offset)
         return self._pos
 
-    def readinto(self, buffer) -> int:  # type: ignore[override]
+    def readinto(self, buffer: WriteableBuffer) -> int:
         view = memoryview(buffer).cast("B")
         done = 0
         while done < len(view) and self._pos < self._size:

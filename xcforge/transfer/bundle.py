@@ -15,6 +15,7 @@ far side already holds those, and the importer checks that it does before it pub
 from __future__ import annotations
 
 import errno
+import functools
 import hashlib
 import json
 import os
@@ -22,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from ocicore.media import OCI_INDEX, OCI_LAYOUT_VERSION
 from xcforge import __version__, console
@@ -30,6 +32,10 @@ from xcforge.paths import REPO_ROOT
 from xcforge.transfer import manifest as bm
 from xcforge.transfer.archive import CHUNKS_SUFFIX, ChunkedSink, TarStream, locate, open_tar
 from xcforge.transfer.collect import Collected, Source, collect
+
+if TYPE_CHECKING:
+    from signing.cosign_keys import CosignPrivateKey
+    from signing.sm2_keys import Sm2PrivateKey
 
 VERIFY_TOOL_SOURCE = REPO_ROOT / "tools" / "verify-bundle.py"
 # Errors of the output disk (full, over quota, read-only, not ours), told apart from a registry
@@ -82,17 +88,18 @@ def read_base_manifest(path: Path) -> bm.BundleManifest:
     files = locate(path)
     with open_tar(files) as tar:
         member = tar.next()
-        if member is None or member.name != bm.MANIFEST:
+        fh = tar.extractfile(member) if member is not None and member.name == bm.MANIFEST else None
+        if fh is None:  # no first member, another name, or not a plain file
             raise ConfigError(f"--since {path}: not a bundle (its first file is not {bm.MANIFEST})")
-        return bm.BundleManifest.from_bytes(tar.extractfile(member).read(), str(path))  # type: ignore[union-attr]
+        return bm.BundleManifest.from_bytes(fh.read(), str(path))
 
 
 def write_bundle(
     sources: list[Source],
     out: Path,
     *,
-    sm2_key=None,
-    cosign_key=None,
+    sm2_key: Sm2PrivateKey | None = None,
+    cosign_key: CosignPrivateKey | None = None,
     sm2_dist_id: bytes = b"1234567812345678",
     chunk_size: int | None = None,
     since: Path | None = None,
@@ -218,7 +225,7 @@ def _layout_index(collected: Collected) -> bytes:
     return (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode()
 
 
-def _entry(descriptor: dict, repository: str, tag: str | None) -> dict:
+def _entry(descriptor: dict[str, Any], repository: str, tag: str | None) -> dict[str, Any]:
     annotations = {REPOSITORY: repository}
     if tag:
         annotations |= {CONTAINERD_NAME: f"{repository}:{tag}", REF_NAME: tag}
@@ -230,16 +237,14 @@ def _entry(descriptor: dict, repository: str, tag: str | None) -> dict:
     }
 
 
-def _write_blobs(tar: TarStream, collected: Collected, blobs: list[dict], say: Callable[[str], None]) -> None:
+def _write_blobs(tar: TarStream, collected: Collected, blobs: list[dict[str, Any]], say: Callable[[str], None]) -> None:
     total = sum(int(e["size"]) for e in blobs)
     done = 0
     last_report = 0.0
     for number, entry in enumerate(blobs, 1):
         digest, size = entry["digest"], int(entry["size"])
         client, repository = collected.origin[digest]
-        tar.add_stream(
-            bm.blob_path(digest), size, lambda out, c=client, r=repository, d=digest: c.download_blob(r, d, out)
-        )
+        tar.add_stream(bm.blob_path(digest), size, functools.partial(client.download_blob, repository, digest))
         done += size
         if total > 64 << 20 and (done - last_report >= total / 10 or number == len(blobs)):
             last_report = done

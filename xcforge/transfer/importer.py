@@ -17,13 +17,15 @@ Repositories are rewritten Harbor-style (`--rewrite old=new`, a path prefix matc
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import subprocess
 import tarfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
 
 from ocicore.errors import RegistryError
 from ocicore.media import OCI_LAYOUT_VERSION
@@ -35,6 +37,13 @@ from xcforge.errors import BundleDamaged, ConfigError
 from xcforge.transfer import manifest as bm
 from xcforge.transfer.archive import BundleFiles, TarStream, locate, open_tar
 from xcforge.transfer.bundle import CONTAINERD_NAME, REF_NAME
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsWrite
+
+    from signing.audit import AuditLog
+    from signing.cosign_keys import CosignPublicKey
+    from signing.sm2_keys import Sm2PublicKey
 
 _COPY = 1 << 20
 
@@ -86,10 +95,10 @@ class ImportResult:
 
 
 def check_bundle(
-    path,
+    path: Path,
     *,
-    sm2_keys: Sequence = (),
-    cosign_keys: Sequence = (),
+    sm2_keys: Sequence[Sm2PublicKey] = (),
+    cosign_keys: Sequence[CosignPublicKey] = (),
     sm2_dist_id: bytes = b"1234567812345678",
     say: Callable[[str], None] | None = None,
 ) -> CheckedBundle:
@@ -169,13 +178,19 @@ def _members(tar: tarfile.TarFile, where: str) -> dict[str, tarfile.TarInfo]:
 def _read(tar: tarfile.TarFile, member: tarfile.TarInfo, limit: int = 64 << 20) -> bytes:
     if member.size > limit:
         raise BundleDamaged(f"{member.name}: {member.size} bytes where at most {limit} are expected; refuse it")
-    return tar.extractfile(member).read()  # type: ignore[union-attr]
+    return _open(tar, member).read()
+
+
+def _open(tar: tarfile.TarFile, member: tarfile.TarInfo) -> IO[bytes]:
+    fh = tar.extractfile(member)
+    assert fh is not None  # a plain file: _members refuses every other kind of member
+    return fh
 
 
 def _hash_member(tar: tarfile.TarFile, member: tarfile.TarInfo) -> str:
     digest = hashlib.sha256()
-    fh = tar.extractfile(member)
-    for block in iter(lambda: fh.read(_COPY), b""):  # type: ignore[union-attr]
+    fh = _open(tar, member)
+    for block in iter(lambda: fh.read(_COPY), b""):
         digest.update(block)
     return "sha256:" + digest.hexdigest()
 
@@ -236,7 +251,7 @@ def import_to_registry(
     *,
     rewrites: Sequence[Rewrite] = (),
     insecure: bool = False,
-    audit=None,
+    audit: AuditLog | None = None,
     say: Callable[[str], None] | None = None,
 ) -> ImportResult:
     say = say or console.say
@@ -315,7 +330,14 @@ def _check_delta_base(manifest: bm.BundleManifest, client: RegistryClient, repos
             )
 
 
-def _push_blobs(tar, checked: CheckedBundle, client: RegistryClient, repos, result: ImportResult, say) -> None:
+def _push_blobs(
+    tar: tarfile.TarFile,
+    checked: CheckedBundle,
+    client: RegistryClient,
+    repos: dict[str, str],
+    result: ImportResult,
+    say: Callable[[str], None],
+) -> None:
     total = sum(int(e["size"]) for e in checked.manifest.blobs)
     for number, entry in enumerate(checked.manifest.blobs, 1):
         digest = entry["digest"]
@@ -325,7 +347,7 @@ def _push_blobs(tar, checked: CheckedBundle, client: RegistryClient, repos, resu
             if client.blob_exists(repo, digest):
                 result.blobs_present += 1
             elif first is None or not client.mount_blob(repo, digest, first):
-                stream = _HashingReader(tar.extractfile(checked.members[bm.blob_path(digest)]))
+                stream = _HashingReader(_open(tar, checked.members[bm.blob_path(digest)]))
                 client.push_blob(repo, stream, digest)
                 if stream.digest() != digest:  # the file changed between the check and now
                     raise BundleDamaged(f"blob {digest} changed while it was being imported; refuse the bundle")
@@ -347,7 +369,9 @@ def _mount_omitted(manifest: bm.BundleManifest, client: RegistryClient, repos: d
                 )
 
 
-def _children_first(manifest: bm.BundleManifest, tar, members) -> list[dict[str, Any]]:
+def _children_first(
+    manifest: bm.BundleManifest, tar: tarfile.TarFile, members: dict[str, tarfile.TarInfo]
+) -> list[dict[str, Any]]:
     """Manifests ordered so that an index comes after every manifest it lists."""
     by_digest = {e["digest"]: e for e in manifest.manifests}
     ordered: list[dict[str, Any]] = []
@@ -383,7 +407,7 @@ def _put_related_tag(client: RegistryClient, repo: str, tag: dict[str, Any], dat
     client.put_manifest(repo, tag["tag"], data, tag["mediaType"])
 
 
-def _roll_back(client: RegistryClient, created: list[tuple[str, str]], say) -> None:
+def _roll_back(client: RegistryClient, created: list[tuple[str, str]], say: Callable[[str], None]) -> None:
     for repo, digest in reversed(created):
         with contextlib.suppress(Exception):
             client.delete_manifest(repo, digest)
@@ -394,7 +418,7 @@ def _roll_back(client: RegistryClient, created: list[tuple[str, str]], say) -> N
 class _HashingReader:
     """A file object that hashes what is read through it (requests streams it as the PUT body)."""
 
-    def __init__(self, fh) -> None:
+    def __init__(self, fh: IO[bytes]) -> None:
         self.fh, self._hash = fh, hashlib.sha256()
 
     def read(self, size: int = -1) -> bytes:
@@ -414,7 +438,7 @@ def import_to_docker(
     *,
     rewrites: Sequence[Rewrite] = (),
     registry: str | None = None,
-    audit=None,
+    audit: AuditLog | None = None,
     docker: str = "docker",
 ) -> ImportResult:
     """Each image as its own OCI layout streamed into `docker load` (no registry inside)."""
@@ -455,7 +479,14 @@ def import_to_docker(
     return result
 
 
-def _docker_load(tar, members, image, by_digest, refs: list[str], docker: str) -> None:
+def _docker_load(
+    tar: tarfile.TarFile,
+    members: dict[str, tarfile.TarInfo],
+    image: dict[str, Any],
+    by_digest: dict[str, dict[str, Any]],
+    refs: list[str],
+    docker: str,
+) -> None:
     digests: list[str] = []
 
     def walk(digest: str) -> None:
@@ -482,23 +513,29 @@ def _docker_load(tar, members, image, by_digest, refs: list[str], docker: str) -
     command = [docker, "load"]
     echo(command)
     proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    stdin = proc.stdin
+    assert stdin is not None  # stdin=PIPE
     try:
-        stream = TarStream(proc.stdin)  # type: ignore[arg-type]
+        stream = TarStream(stdin)
         stream.add_bytes("oci-layout", OCI_LAYOUT_VERSION)
         stream.add_bytes("index.json", index)
         for digest in dict.fromkeys(digests):
             member = members[bm.blob_path(digest)]
-            stream.add_stream(member.name, member.size, lambda out, m=member: _copy(tar.extractfile(m), out))
+            stream.add_stream(member.name, member.size, functools.partial(_copy_member, tar, member))
         stream.close()
-        proc.stdin.close()  # type: ignore[union-attr]
+        stdin.close()
     except BrokenPipeError:
         pass
-    output = proc.stdout.read().decode(errors="replace") if proc.stdout else ""  # type: ignore[union-attr]
+    output = proc.stdout.read().decode(errors="replace") if proc.stdout else ""
     if proc.wait() != 0:
         last = output.strip().splitlines()[-1] if output.strip() else f"exit {proc.returncode}"
         raise RegistryError(f"docker load of {refs[0]} failed: {last}; is the engine running (docker info)?")
 
 
-def _copy(src, out) -> None:
+def _copy_member(tar: tarfile.TarFile, member: tarfile.TarInfo, out: SupportsWrite[bytes]) -> None:
+    _copy(_open(tar, member), out)
+
+
+def _copy(src: IO[bytes], out: SupportsWrite[bytes]) -> None:
     for block in iter(lambda: src.read(_COPY), b""):
         out.write(block)

@@ -20,10 +20,14 @@ import binascii
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from signing.errors import VerificationFailed
 from xcforge.errors import BundleDamaged
+
+if TYPE_CHECKING:
+    from signing.cosign_keys import CosignPrivateKey, CosignPublicKey
+    from signing.sm2_keys import Sm2PrivateKey, Sm2PublicKey
 
 FORMAT = "xcforge-bundle/v1"
 MANIFEST = "xcforge-bundle.json"
@@ -85,7 +89,13 @@ def digest_of_path(path: str) -> str | None:
 # ------------------------------------------------------------------------------------ signatures
 
 
-def sign(data: bytes, *, sm2_key=None, cosign_key=None, sm2_dist_id: bytes) -> dict[str, bytes]:
+def sign(
+    data: bytes,
+    *,
+    sm2_key: Sm2PrivateKey | None = None,
+    cosign_key: CosignPrivateKey | None = None,
+    sm2_dist_id: bytes,
+) -> dict[str, bytes]:
     """member name → signature file content, for each key given."""
     out: dict[str, bytes] = {}
     if sm2_key is not None:
@@ -99,8 +109,8 @@ def verify(
     data: bytes,
     signatures: Mapping[str, bytes],
     *,
-    sm2_keys: Sequence = (),
-    cosign_keys: Sequence = (),
+    sm2_keys: Sequence[Sm2PublicKey] = (),
+    cosign_keys: Sequence[CosignPublicKey] = (),
     sm2_dist_id: bytes,
     bundled: Mapping[str, dict[str, str]],
     where: str,

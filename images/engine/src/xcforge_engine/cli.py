@@ -16,6 +16,7 @@ import shutil
 import sys
 import traceback
 from collections.abc import Callable, Mapping, Sequence
+from typing import NoReturn, TypedDict
 
 from xcforge_engine import __version__, log
 from xcforge_engine.backends import resolve_backend
@@ -57,10 +58,32 @@ internal error, 2 usage, 3 preflight/doctor error, 4 no engine in this image (st
 Set XCFORGE_DEBUG=1 (or --debug) to see tracebacks."""
 
 
+class _BackendInfo(TypedDict):
+    """One backend's column of a preset (`presets --json`)."""
+
+    status: str
+    reason: str
+    args: list[str]
+    tensor_parallel_size: int
+
+
+class _PresetRow(TypedDict):
+    """One preset of `presets --json`."""
+
+    name: str
+    family: str
+    title: str
+    model: str | None
+    params_b: float
+    quantization: str | None
+    note: str | None
+    backends: dict[str, _BackendInfo]
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse that fails the house way (one line, exit 2) instead of printing usage and exiting."""
 
-    def error(self, message: str) -> None:  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         raise UsageError(f"{self.prog}: {message}")
 
 
@@ -160,9 +183,9 @@ class Launcher:
         arch = self.host.arch()
         chosen = [book.get(opts.name)] if opts.name else list(book.presets.values())
         backends = [opts.backend] if opts.backend else list(BACKENDS)
-        rows = []
+        rows: list[_PresetRow] = []
         for preset in chosen:
-            per_backend = {}
+            per_backend: dict[str, _BackendInfo] = {}
             for backend in backends:
                 expansion = book.expand(preset, backend, arch)
                 per_backend[backend] = {
@@ -196,16 +219,13 @@ class Launcher:
         parser.add_argument("--json", action="store_true")
         opts = parser.parse_args(argv)
         image, software = self.image, self.software()
-        facts = {
-            "xcforge_engine": __version__,
-            **image.as_dict(),
-            "installed": {
-                "vllm": software.vllm,
-                "vllm_distribution": software.vllm_distribution,
-                "torch": software.torch,
-                **software.extras,
-            },
+        installed_software = {
+            "vllm": software.vllm,
+            "vllm_distribution": software.vllm_distribution,
+            "torch": software.torch,
+            **software.extras,
         }
+        facts = {"xcforge_engine": __version__, **image.as_dict(), "installed": installed_software}
         if opts.json:
             print(json.dumps(facts, indent=2))
         else:
@@ -217,18 +237,18 @@ class Launcher:
             print(f"engine_install: {image.engine_install or '-'}")
             if image.engine_fallback:
                 print(f"engine_fallback: {image.engine_fallback}")
-            installed = ", ".join(f"{k} {v}" for k, v in facts["installed"].items() if v and k != "vllm_distribution")
+            installed = ", ".join(f"{k} {v}" for k, v in installed_software.items() if v and k != "vllm_distribution")
             print(f"installed: {installed or 'no vLLM or torch'}")
         return 0
 
 
-def _cell(info: Mapping[str, object]) -> str:
+def _cell(info: _BackendInfo) -> str:
     if info["status"] == "unsupported":
         return "-"
     return f"tp{info['tensor_parallel_size']}" + ("?" if info["status"] == "unverified" else "")
 
 
-def _preset_table(rows: list[dict], backends: list[str]) -> str:
+def _preset_table(rows: list[_PresetRow], backends: list[str]) -> str:
     header = ["NAME", "MODEL", "QUANT", *backends]
     table = [header]
     for row in rows:
@@ -250,7 +270,7 @@ def _preset_table(rows: list[dict], backends: list[str]) -> str:
     return "\n".join(lines)
 
 
-def _preset_detail(row: dict) -> str:
+def _preset_detail(row: _PresetRow) -> str:
     lines = [
         f"{row['name']}: {row['title']}, {row['params_b']:g}B parameters, model {row['model'] or '(pass --model)'}"
     ]

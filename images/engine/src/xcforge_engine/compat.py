@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
+from typing import Any
 
 
 def version_tuple(text: str) -> tuple[int, ...]:
@@ -36,12 +37,13 @@ class Verdict:
 
 
 @cache
-def _table() -> dict:
+def _table() -> dict[str, Any]:
     text = resources.files("xcforge_engine").joinpath("data/compat.json").read_text(encoding="utf-8")
-    return json.loads(text)
+    table: dict[str, Any] = json.loads(text)
+    return table
 
 
-def _row(rows: list[dict], key: str, toolkit: tuple[int, ...]) -> dict | None:
+def _row(rows: list[dict[str, str]], key: str, toolkit: tuple[int, ...]) -> dict[str, str] | None:
     """The row for toolkit's major.minor, or the newest row older than it."""
     best = None
     for row in rows:
@@ -51,7 +53,7 @@ def _row(rows: list[dict], key: str, toolkit: tuple[int, ...]) -> dict | None:
 
 
 def _judge(kind: str, key: str, toolkit: str, driver: str, driver_name: str) -> Verdict:
-    rows = _table()[f"{key}_driver"]
+    rows: list[dict[str, str]] = _table()[f"{key}_driver"]
     have_toolkit, have_driver = version_tuple(toolkit), version_tuple(driver)
     if len(have_toolkit) < 2 or not have_driver:
         return Verdict("warning", f"cannot compare {kind} {toolkit!r} with {driver_name} {driver!r}")

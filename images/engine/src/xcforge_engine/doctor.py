@@ -8,6 +8,7 @@ the same code serve's preflight uses, so "doctor passes" means "serve's prefligh
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TypedDict
 
 from xcforge_engine import __version__
 from xcforge_engine.backends import resolve_backend
@@ -18,7 +19,9 @@ from xcforge_engine.backends.base import (
     WARNING,
     DeriveInput,
     Finding,
+    FindingDict,
     Setting,
+    SettingDict,
     engine_finding,
     shm_finding,
 )
@@ -26,7 +29,7 @@ from xcforge_engine.cpuinfo import read_cpuinfo
 from xcforge_engine.errors import EngineError, PreflightFailed
 from xcforge_engine.host import Host
 from xcforge_engine.image import ImageFacts
-from xcforge_engine.isa import cpuinfo_finding, isa_finding
+from xcforge_engine.isa import IsaBlock, cpuinfo_finding, isa_finding
 from xcforge_engine.limits import format_cpulist, numa_nodes, read_limits, shm_size, size_text
 from xcforge_engine.modelinfo import local_model, model_problems
 from xcforge_engine.software import Software
@@ -36,9 +39,64 @@ EXIT_OK = 0
 EXIT_ERROR = PreflightFailed.exit_code
 
 
+# The JSON report, as docs/engine.md documents it.
+class BackendBlock(TypedDict):
+    name: str
+    title: str
+    why: str
+
+
+class CpuBlock(TypedDict):
+    vendor: str | None
+    model: str | None
+    features: dict[str, bool]
+    isa: IsaBlock
+
+
+class MemoryBlock(TypedDict):
+    limit_bytes: int | None
+    limit_source: str
+    total_bytes: int | None
+    available_bytes: int | None
+
+
+class CpusBlock(TypedDict):
+    allowed: str
+    count: int
+    source: str
+    quota: float | None
+    quota_source: str
+
+
+class HostBlock(TypedDict):
+    arch: str
+    cpu: CpuBlock
+    cgroup_version: int | None
+    memory: MemoryBlock
+    cpus: CpusBlock
+    shm_bytes: int | None
+    shm_source: str
+    numa_nodes: int
+
+
+class Report(TypedDict):
+    schema_version: int
+    xcforge_engine: str
+    verdict: str
+    exit_code: int
+    image: dict[str, object]  # ImageFacts.as_dict() (str | None each) and "sources"
+    software: dict[str, object]  # Software.as_dict(): its fields and the backend's extras
+    backend: BackendBlock
+    host: HostBlock
+    devices: list[str]
+    versions: dict[str, str | None]
+    serve_defaults: list[SettingDict]
+    checks: list[FindingDict]
+
+
 def build_report(
     host: Host, env: Mapping[str, str], image: ImageFacts, software: Software, model: str | None = None
-) -> dict[str, object]:
+) -> Report:
     backend, backend_why = resolve_backend(image, env, host)
     limits = read_limits(host)
     cpu = read_cpuinfo(host)
@@ -62,7 +120,7 @@ def build_report(
             findings.append(Finding("model.path", OK, f"model {model} is usable"))
 
     # What serve would derive with no operator arguments (the cgroup-based defaults).
-    serve_defaults: list[dict[str, object]] = []
+    serve_defaults: list[SettingDict] = []
     try:
         given = DeriveInput(host=host, env=env, given=set(), args=[], model=local_model(host, model))
         serve_defaults = [s.as_dict() for s in backend.derive(given)]
@@ -112,7 +170,7 @@ def _yes(flag: bool) -> str:
     return "yes" if flag else "no"
 
 
-def render_text(report: Mapping[str, object]) -> str:
+def render_text(report: Report) -> str:
     image = report["image"]
     host = report["host"]
     software = report["software"]
@@ -127,7 +185,8 @@ def render_text(report: Mapping[str, object]) -> str:
     if image.get("engine_fallback"):
         lines.append(f"pins      {image['engine_fallback']}")
     if image.get("base_image"):
-        lines.append(f"base      {image['base_image']}{'@' + image['base_digest'] if image.get('base_digest') else ''}")
+        at_digest = f"@{image['base_digest']}" if image.get("base_digest") else ""
+        lines.append(f"base      {image['base_image']}{at_digest}")
     installed = [f"python {software['python']}"]
     installed += [
         f"{name} {version}"

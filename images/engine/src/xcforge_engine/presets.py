@@ -11,6 +11,7 @@ import difflib
 import json
 from dataclasses import dataclass, field
 from importlib import resources
+from typing import Any
 
 from xcforge_engine.args import to_argv
 from xcforge_engine.errors import UsageError
@@ -25,7 +26,7 @@ def backend_names() -> tuple[str, ...]:
     return tuple(known)
 
 
-def __getattr__(name: str) -> object:
+def __getattr__(name: str) -> tuple[str, ...]:
     # `BACKENDS` is computed on first use: the backends package imports this module.
     if name == "BACKENDS":
         return backend_names()
@@ -41,7 +42,7 @@ class PresetSizing:
 
     like: str
     reference_device: str
-    quantization: dict[str, dict] = field(default_factory=dict)
+    quantization: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -76,8 +77,8 @@ class Expansion:
 
 @dataclass(frozen=True)
 class PresetBook:
-    families: dict[str, dict]
-    quantization: dict[str, dict]
+    families: dict[str, dict[str, Any]]
+    quantization: dict[str, dict[str, Any]]
     reference_devices: dict[str, str]
     presets: dict[str, Preset]
     # The weights format a backend serves (llama.cpp: gguf); every other backend serves safetensors.
@@ -127,7 +128,7 @@ class PresetBook:
         return Expansion(preset, backend, support, settings, note)
 
 
-def _validate(data: dict) -> None:
+def _validate(data: dict[str, Any]) -> None:
     """The packaged file is ours; a mistake in it must fail the tests, not a start in production."""
     BACKENDS = backend_names()
     families = data["families"]
@@ -155,7 +156,7 @@ def _validate(data: dict) -> None:
             raise ValueError(f"preset {name}: tp names an unknown backend (known: {BACKENDS})")
 
 
-def _add_declared(data: dict) -> None:
+def _add_declared(data: dict[str, Any]) -> None:
     """Fill in the columns of backends that declare their sizing (`presets`) instead of having one."""
     from xcforge_engine.backends import BACKENDS as known
 

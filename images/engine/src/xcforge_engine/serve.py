@@ -344,7 +344,7 @@ _DTYPE_FALLBACKS = {"aarch64": ("float16", "float32"), "x86_64": ("float32",)}
 def prove_dtype(plan: ServePlan, run: Runner, arch: str, env: Mapping[str, str]) -> ServePlan:
     """Run the dtype probe for a --dtype the launcher derived; switch to a fallback if it fails."""
     setting = next((s for s in plan.settings if s.name == "--dtype" and not s.kept and s.value), None)
-    if setting is None:
+    if setting is None or not setting.value:  # (the second: for the type checker, `s.value` above)
         return plan
     if env.get("XCFORGE_DTYPE_PROBE", "1").strip().lower() in ("0", "false", "no", "off"):
         log.info(f"--dtype {setting.value} not probed (XCFORGE_DTYPE_PROBE={env['XCFORGE_DTYPE_PROBE']})")
@@ -376,7 +376,7 @@ def prove_binding(plan: ServePlan, pin: Callable[[list[int]], str]) -> ServePlan
     """The derived thread binding is proven by pinning a process to its CPUs; if the kernel refuses
     (a cpuset that changed, a seccomp profile that blocks sched_setaffinity) vLLM runs unbound."""
     setting = next((s for s in plan.settings if s.name == BIND_VAR and not s.kept and s.value), None)
-    if setting is None or setting.value in ("auto", "all", "nobind"):
+    if setting is None or not setting.value or setting.value in ("auto", "all", "nobind"):
         return plan
     cpus = sorted({c for group in setting.value.split("|") for c in parse_cpulist(group)})
     verdict = pin(cpus)

@@ -20,7 +20,8 @@ from xcforge_engine import log
 
 def run_supervised(argv: Sequence[str], env: Mapping[str, str], grace: float) -> int:
     stopping = threading.Event()
-    started: list[subprocess.Popen] = []
+    started: list[subprocess.Popen[bytes]] = []
+    timers: list[threading.Timer] = []  # the second interrupt, armed by the first stop signal
 
     def again() -> None:
         if started and started[0].poll() is None:
@@ -32,10 +33,10 @@ def run_supervised(argv: Sequence[str], env: Mapping[str, str], grace: float) ->
         if not started or started[0].poll() is not None:
             return  # not started yet: Popen below sees `stopping` and stops it at once
         started[0].send_signal(signum)
-        if not getattr(forward, "timer", None):
-            forward.timer = threading.Timer(grace, again)  # type: ignore[attr-defined]
-            forward.timer.daemon = True  # type: ignore[attr-defined]
-            forward.timer.start()  # type: ignore[attr-defined]
+        if not timers:
+            timers.append(threading.Timer(grace, again))
+            timers[0].daemon = True
+            timers[0].start()
 
     # Handlers first: a stop signal that comes while the server is starting is not lost.
     for signum in (signal.SIGTERM, signal.SIGINT):

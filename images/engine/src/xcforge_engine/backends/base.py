@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypedDict
 
 from xcforge_engine.compat import Verdict
 from xcforge_engine.host import Host
@@ -38,6 +38,27 @@ LIBRARY_DIRS = (
 )
 
 
+class FindingDict(TypedDict):
+    """A Finding in doctor's JSON (`checks`)."""
+
+    id: str
+    status: str
+    message: str
+    remedy: str
+    flags: list[str]
+
+
+class SettingDict(TypedDict):
+    """A Setting in doctor's and serve's JSON; `Setting(**d)` reads it back."""
+
+    name: str
+    value: str | None
+    why: str
+    kept: bool
+    kind: str
+    warning: str
+
+
 @dataclass(frozen=True)
 class Finding:
     """One verdict of doctor (and of serve's preflight). `id` is stable: scripts match on it."""
@@ -49,7 +70,7 @@ class Finding:
     flags: tuple[str, ...] = ()  # docker run flags that provide what is missing
     subject: str = ""  # the missing thing, for serve's one-line summary
 
-    def as_dict(self) -> dict[str, object]:
+    def as_dict(self) -> FindingDict:
         return {
             "id": self.id,
             "status": self.status,
@@ -85,7 +106,7 @@ class Setting:
             return []
         return [self.name, self.value] if self.value else [self.name]
 
-    def as_dict(self) -> dict[str, object]:
+    def as_dict(self) -> SettingDict:
         return {
             "name": self.name,
             "value": self.value,
@@ -108,14 +129,25 @@ class DeriveInput:
 
 
 class Backend(Protocol):
-    name: str
-    title: str
-    device_word: str  # "GPU", "NPU", "MLU", "CPU"
-    hint: str  # one clause added to serve's "not usable" line: alternatives to the flags
-    visible_env: tuple[str, ...]  # device-selection variables passed through to the engine
-    rank: int  # listing order: accelerators (10-49) before the CPU engines (80-99)
-    probe: str | None  # a control node present only when the vendor's devices were passed in
-    distributions: tuple[str, ...]  # Python distributions the backend adds beside vLLM and torch
+    # Read-only (properties here, plain class attributes in the modules): a backend that names
+    # one variable (`visible_env = ("CUDA_VISIBLE_DEVICES",)`) or always probes is one all the same.
+    @property
+    def name(self) -> str: ...
+    @property
+    def title(self) -> str: ...
+    @property
+    def device_word(self) -> str: ...  # "GPU", "NPU", "MLU", "CPU"
+    @property
+    def hint(self) -> str: ...  # one clause added to serve's "not usable" line: alternatives to the flags
+    @property
+    def visible_env(self) -> tuple[str, ...]: ...  # device-selection variables passed through to the engine
+    @property
+    def rank(self) -> int: ...  # listing order: accelerators (10-49) before the CPU engines (80-99)
+    @property
+    def probe(self) -> str | None: ...  # a control node present only when the vendor's devices were passed in
+    @property
+    def distributions(self) -> tuple[str, ...]: ...  # Python distributions the backend adds beside vLLM and torch
+
     # Optional: `presets`, a PresetSizing for a backend that data/presets.json has no column for;
     # `shm_minimum` (bytes of /dev/shm the engine needs, default SHM_MINIMUM; None: not used) and
     # `shm_note` (what doctor says instead when it is None).

@@ -115,7 +115,8 @@ class LlamaCppBackend:
                 out += [TRANSLATED[key], value or ""]
                 notes.append(f"--{key} {value} → {TRANSLATED[key]} {value} (llama-server's name)")
             elif key in DROPPED:
-                notes.append(f"{token}{' ' + value if takes_value else ''} dropped: llama-server has no such setting")
+                dropped = f"{token} {value}" if takes_value else token
+                notes.append(f"{dropped} dropped: llama-server has no such setting")
             else:
                 out += args[i : i + step]
             i += step
