@@ -225,7 +225,10 @@ def _legacy_pem_decrypt(text: bytes, password: bytes | None, source: str) -> byt
         raise SigningError(f"{source} is encrypted: a password is needed")
     try:
         der, _marker, _enc = _CryptodomePEM.decode(text.decode("ascii"), password)
-    except (ValueError, IndexError) as exc:
+        # A wrong password passes the CBC padding check about once in 256 tries and yields garbage:
+        # only a decryption that parses as an ECPrivateKey was the right one.
+        keys.ECPrivateKey.load(der, strict=True).native  # noqa: B018 - parse to detect garbage
+    except Exception as exc:
         raise SigningError(f"{source}: wrong password or corrupt key") from exc
     return der
 

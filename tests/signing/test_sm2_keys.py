@@ -167,6 +167,24 @@ def test_wrong_or_missing_password_and_wrong_key_types(tmp_path, openssl_key):
             load_sm2_public_key(garbage)
 
 
+def test_a_wrong_password_that_passes_the_padding_check_is_still_a_wrong_password(openssl_key):
+    """Legacy PEM encryption (DEK-Info, CBC): about one wrong password in 256 decrypts to bytes with
+    valid padding. Found here, not hoped for, so the test cannot pass by luck."""
+    from Cryptodome.IO import PEM
+
+    text = (openssl_key / "sec1-enc.pem").read_text()
+    for n in range(20_000):
+        try:
+            PEM.decode(text, f"wrong-{n}".encode())
+        except ValueError:
+            continue
+        break
+    else:
+        pytest.fail("no wrong password with valid padding in 20,000 tries")
+    with pytest.raises(SigningError, match="wrong password"):
+        load_sm2_private_key(text.encode(), f"wrong-{n}")
+
+
 def test_key_file_whose_public_half_does_not_match_is_refused():
     from asn1crypto import keys
 

@@ -257,6 +257,7 @@ def ci_workflow(matrix: Matrix) -> dict[str, Any]:
         _setup_python(),
         _install("[dev]"),
         _run("ruff", "ruff check .\nruff format --check ."),
+        _run("mypy --strict", "mypy"),
         _run(
             "Generated files agree with matrix.yaml",
             """
