@@ -3,8 +3,8 @@
     .venv/bin/python bench/bench_feiteng.py [--before REV] [--wait-minutes 20]
 
 For each revision (`--before`, default 601090d, the last one before this change; then HEAD), in a fresh
-clone: `build.py contexts --target feiteng` makes the contexts its committed bake file names, then `docker buildx
-bake` of that file (the base: the local stand-in) is timed with the compile stages uncached
+clone: `build.py contexts --target feiteng` makes the contexts its committed bake file names, then
+`docker buildx bake` of that file (the base: the local stand-in) is timed with the compile stages uncached
 (`no-cache-filter`), output `type=cacheonly` (the compile, not the export), and ccache's cache mount
 emptied first: the cold compile of both platforms. For HEAD once more, with
 only the compile stage uncached and ccache kept: the same sources compiled again, which is what
@@ -51,7 +51,7 @@ def prepare(revision: str, workdir: Path) -> Path:
     _run(["git", "-C", str(clone), "checkout", "--quiet", revision], check=True)
     result = _run([sys.executable, "build.py", "contexts", "--target", "feiteng"], cwd=clone, capture_output=True)
     if result.returncode != 0:
-        raise SystemExit(f"{revision}: build.py contexts --all failed:\n{result.stdout[-1500:]}{result.stderr[-1500:]}")
+        raise SystemExit(f"{revision}: build.py contexts failed:\n{result.stdout[-1500:]}{result.stderr[-1500:]}")
     return clone
 
 
