@@ -68,7 +68,6 @@ from _common import (
 )
 
 from ocicore import registry
-from xcforge.build.docker_env import check_docker
 from xcforge.config.matrix import load_matrix
 from xcforge.console import echo
 from xcforge.shell import DOCKER
@@ -343,7 +342,10 @@ def measure(
     wait_s: float,
     engine: ColdEngine | None = None,
 ) -> dict:
-    native = check_docker().native_platform
+    # The engine's own platform (not check_docker(): that one is the build's, and refuses an engine
+    # without the containerd image store, as the cold engine is).
+    version = _docker("version", "--format", "{{.Server.Os}}/{{.Server.Arch}}", check=True)
+    native = version.stdout.strip()
     target = load_matrix(REPO / "matrix.yaml").target(target_name)
     env = {"VLLM_CPU_KVCACHE_SPACE": "1"} if target.backend == "cpu" else {}  # what the serve smoke test gives it
     runs: dict[str, list[dict[str, object]]] = {"gzip": [], "zstd": []}
