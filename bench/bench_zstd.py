@@ -495,7 +495,8 @@ def main(argv: list[str] | None = None) -> int:
             refs, args.target, args.rounds, phases, args.wait_minutes * 60
         )
     native = "linux/arm64" if platform_module.machine() in ("aarch64", "arm64") else "linux/amd64"
-    fetch = fetch_and_decompress(refs, native, max(args.rounds, 3))
+    with measuring(phases, "fetch + decompress", limit_s=args.wait_minutes * 60):
+        fetch = fetch_and_decompress(refs, native, max(args.rounds, 3))
     result = {"target": args.target, "images": refs, "size": size, "fetch_decompress": fetch, "timing": timing,
               "upstream": UPSTREAM}  # fmt: skip
     result["ratios"] = ratios(size, timing)
