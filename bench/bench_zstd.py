@@ -20,7 +20,9 @@ zstd` first). Nothing is built here. Measures:
      machine's socket hidden by a private mount namespace), the classic overlay2 store, its own
      data root, its own network namespace (xcforge-cold, 10.232.0.0/24, bridge 172.30.0.1/24;
      127.0.0.1:5000 there is forwarded to the registry). `docker system prune -af` there before
-     each pull, so every layer is fetched, decompressed and unpacked: a cold pull. docker commands
+     each pull, so every layer is fetched, decompressed and unpacked: a cold pull. Just before it,
+     untimed, the variant's blobs are read from the registry once, so the registry serves them
+     from the page cache whatever this VM's memory reclaim did meanwhile (read_blobs). docker commands
      and the SDK reach it through DOCKER_HOST; /health is polled from a thread inside its network
      namespace, where the container's port is published. Afterwards the machine's docker0 and
      engine are checked (`host_after_stop` in the JSON; exit 1 if either is gone);
@@ -305,17 +307,47 @@ def forget_all() -> list[str]:
     return [line for line in listed.splitlines() if line.strip()]
 
 
+class _Discard:
+    def write(self, chunk: bytes) -> int:
+        return len(chunk)
+
+
+def read_blobs(ref: str, platform: str) -> float:
+    """Every layer of ref's platform read from the registry and thrown away; how long it took.
+
+    Done before each timed cold pull, so that the registry serves from the page cache, as a real
+    registry serves hot blobs: this VM's DAMON pages out memory idle for a minute, and whether a
+    variant's blob files were still cached when its pull began swung a pull by 20 s."""
+    repo, digest = ref.split("@", 1)
+    parsed = registry.Reference.parse(ref)
+    client = registry.RegistryClient(parsed.registry)
+    manifest = registry.raw(f"{repo}@{registry.registry_platforms(repo, digest)[platform][0]}")
+    started = time.perf_counter()
+    for layer in manifest["layers"]:
+        client.download_blob(parsed.repository, layer["digest"], _Discard())
+    return time.perf_counter() - started
+
+
+def _disk_kib() -> tuple[int, int]:
+    """KiB read from and written to block devices so far, machine-wide (/proc/vmstat)."""
+    counters = dict(line.split() for line in Path("/proc/vmstat").read_text().splitlines())
+    return int(counters["pgpgin"]), int(counters["pgpgout"])
+
+
 def pull_and_serve(
     ref: str, subject: SmokeSubject, model: Path, env: dict[str, str], engine: ColdEngine | None = None
 ) -> dict[str, object]:
     repo = ref.split("@", 1)[0]
     before = forget_all() if engine else forget_local(repo)
     present = _docker("image", "inspect", ref).returncode == 0
+    warm_s = read_blobs(ref, subject.native_platform) if engine else None
     pull = [DOCKER, "pull", "--platform", subject.native_platform, "--quiet", ref]
     echo(pull)
+    disk_before = _disk_kib()
     started = time.perf_counter()
     proc = subprocess.run(pull, capture_output=True, text=True, check=False)
     pulled = time.perf_counter()
+    disk_after = _disk_kib()
     if proc.returncode != 0:
         raise SystemExit(f"docker pull {ref} failed (exit {proc.returncode}): {proc.stderr.strip()}")
     with served(subject, model, extra_env=env) as container:
@@ -328,6 +360,11 @@ def pull_and_serve(
         "docker_images_before": before,
         "present_after_rm": present,
         "image_id": image_id,
+        "registry_blobs_read_before_s": warm_s,
+        "disk_during_pull_mib": {  # machine-wide: a pull reads little and writes its unpacked layers
+            "read": (disk_after[0] - disk_before[0]) / 1024,
+            "written": (disk_after[1] - disk_before[1]) / 1024,
+        },
         "pull_s": pulled - started,
         "run_to_health_s": healthy - pulled,
         "pull_to_health_s": healthy - started,
