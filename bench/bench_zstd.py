@@ -1,7 +1,7 @@
 """zstd benchmark: a pushed image and its zstd variant side by side (issue 21).
 
     .venv/bin/python bench/bench_zstd.py [--target cpu] [--dist dist] [--rounds 2] [--publish]
-                                         [--cold-engine | --sizes-only]
+                                         [--cold-engine | --sizes-only] [--redo-loaded 2]
 
 Reads the target's record from dist/report.json, written by a pushed build
 (`build.py --target cpu --registry 127.0.0.1:5000/xcforge --push`, with `--zstd` or followed by
@@ -14,7 +14,8 @@ zstd` first). Nothing is built here. Measures:
    order (gzip first, then zstd first, ...): `docker pull --platform P REPO@DIGEST` is timed, then
    `docker run` → `/health` 200 with xcforge.smoke.checks's own `served` and `wait_healthy`, as
    bench_serve.py does (the tiny random model; wait_healthy polls every 2 s, so that part is up to
-   2 s late). Where:
+   2 s late). A round during which something else ran is measured again (--redo-loaded times in
+   all; the loaded runs stay in the JSON as `discarded_under_load`). Where:
    - with --cold-engine (as root), in a private engine started by scripts/cold-engine.sh and
      stopped at the end, whatever happens: its own dockerd and its own managed containerd (the
      machine's socket hidden by a private mount namespace), the classic overlay2 store, its own
@@ -316,8 +317,9 @@ def read_blobs(ref: str, platform: str) -> float:
     """Every layer of ref's platform read from the registry and thrown away; how long it took.
 
     Done before each timed cold pull, so that the registry serves from the page cache, as a real
-    registry serves hot blobs: this VM's DAMON pages out memory idle for a minute, and whether a
-    variant's blob files were still cached when its pull began swung a pull by 20 s."""
+    registry serves hot blobs. This VM's DAMON pages out memory idle for a minute, and in a run
+    without this step pulls took 52-56 s or 24-34 s whichever the variant, probably depending on
+    whether the variant's blob files were still cached (docs/benchmarks.md, section 4)."""
     repo, digest = ref.split("@", 1)
     parsed = registry.Reference.parse(ref)
     client = registry.RegistryClient(parsed.registry)
