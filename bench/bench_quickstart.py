@@ -159,6 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reset-machine", action="store_true", help="undo provisioning first (DESTRUCTIVE)")
     parser.add_argument("--revision", default="HEAD", help="the revision whose quick start runs (default HEAD)")
     parser.add_argument("--label", default=None, help="results file suffix (default: the revision)")
+    parser.add_argument("--log", type=Path, help="also write every output line, with its time, to this file")
     args = parser.parse_args(argv)
     if os.geteuid() != 0:
         raise SystemExit("bench_quickstart: run as root (it provisions, as the quick start does)")
@@ -173,6 +174,8 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("bench_quickstart: this machine is provisioned already; pass --reset-machine (DESTRUCTIVE)")
     with tempfile.TemporaryDirectory(prefix="xcforge-quickstart-") as tmp:
         total, lines, rc = run_quickstart(revision, Path(tmp))
+    if args.log:
+        args.log.write_text("".join(f"{at:8.1f}  {line}\n" for at, line in lines))
     measured = phases(lines, total)
     rows = [[name, f"{seconds:.1f} s"] for name, seconds in measured.items()]
     print(markdown_table(["phase", "seconds"], rows))
