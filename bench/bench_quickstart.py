@@ -12,7 +12,7 @@ cache and provisioning's logs; and unregisters QEMU's binfmt entry. Without it t
 run on a provisioned machine (a warm machine measures nothing of interest).
 
 Then the quick start's first command, `scripts/quickstart.sh`, runs in a fresh `git clone` of REV
-(default HEAD) in a temporary directory, with an empty pip cache, and every output line is timed.
+(default HEAD) in a temporary directory, with empty pip and uv caches, and every output line is timed.
 The phases come from the lines the scripts print (apt, engine, registry, .venv, each stand-in rootfs,
 stand-in images, the bake and its export, the SBOMs); `total` is the wall clock of the command.
 Writes `quickstart-<label>.json` in bench/results/ and prints a table.
@@ -117,7 +117,8 @@ def run_quickstart(revision: str, workdir: Path) -> tuple[float, list[tuple[floa
     clone = workdir / "xcforge"
     _run(["git", "clone", "--quiet", "--no-hardlinks", str(REPO), str(clone)], check=True)
     _run(["git", "-C", str(clone), "checkout", "--quiet", revision], check=True)
-    env = {**os.environ, "PIP_CACHE_DIR": str(workdir / "pip-cache"), "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env.update(PIP_CACHE_DIR=str(workdir / "pip-cache"), UV_CACHE_DIR=str(workdir / "uv-cache"))  # empty, as fresh
     env.pop("VIRTUAL_ENV", None)
     lines: list[tuple[float, str]] = []
     started = time.monotonic()

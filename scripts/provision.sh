@@ -449,6 +449,10 @@ for line in sorted(listed.splitlines(), key=lambda l: l.startswith(":env:")):  #
     if option in names and value:
         variable, separator = names[option]
         found[variable] = separator.join(ast.literal_eval(value).split())
+if "UV_EXTRA_INDEX_URL" in found or "UV_FIND_LINKS" in found:
+    # pip takes the best version any index offers; uv by default takes every version of a package from
+    # the first index that has it (an older copy in a local extra index would win): resolve as pip does.
+    found["UV_INDEX_STRATEGY"] = "unsafe-best-match"
 for variable, value in found.items():
     print(f"{variable}={value}")
 PY
