@@ -56,7 +56,12 @@ def prepare(revision: str, workdir: Path) -> Path:
 
 
 def empty_ccache() -> None:
-    _run([DOCKER, "buildx", "prune", "--force", "--filter", f"description~={CCACHE_ID}"], check=True)
+    """Remove ccache's cache mount (buildx prune filters only by exact values: its record's id)."""
+    listing = _run([DOCKER, "buildx", "du", "--verbose"], capture_output=True, check=True).stdout
+    for record in listing.split("\n\n"):
+        fields = dict(line.split(":", 1) for line in record.splitlines() if ":" in line)
+        if f'with id "{CCACHE_ID}"' in fields.get("Description", "") or CCACHE_ID in fields.get("Description", ""):
+            _run([DOCKER, "buildx", "prune", "--force", "--filter", f"id={fields['ID'].strip()}"], check=True)
 
 
 def bake(clone: Path, uncached: list[str]) -> dict[str, object]:
