@@ -4,10 +4,10 @@
 
 For each revision (`--before`, default 601090d, the last one before this change; then HEAD), in a fresh
 clone: `build.py contexts --target feiteng` makes the contexts its committed bake file names, then
-`docker buildx bake` of that file (the base: the local stand-in) is timed with the compile stages uncached
-(`no-cache-filter`), output `type=cacheonly` (the compile, not the export), and ccache's cache mount
-emptied first: the cold compile of both platforms. For HEAD once more, with
-only the compile stage uncached and ccache kept: the same sources compiled again, which is what
+`docker buildx bake` of that file (the base: the local stand-in) is timed, output `type=cacheonly` (the
+compile, not the export), after BuildKit's cache records of the toolchain, source and compile steps
+and ccache's cache mount were removed: the cold compile of both platforms. For HEAD once more, with
+only the compile step's records removed and ccache kept: the same sources compiled again, which is what
 ccache saves at most (a llama.cpp release changes part of the tree; a flag that every file sees, all
 of it). The base and apt's download cache are warm in every run.
 
@@ -32,9 +32,9 @@ from xcforge.shell import DOCKER
 
 CCACHE_ID = "xcforge-llama-ccache"
 FEITENG_BASE = "docker.io/library/python:3.11-slim-bookworm"  # matrix.yaml's; its stand-in is the local one
-# The stages that compile (or, before, install the toolchain and compile), per revision's template.
-STAGES_BEFORE = ["llama-build"]
-STAGES_AFTER = ["llama-toolchain", "llama-src", "llama-build"]
+# What identifies the steps in BuildKit's cache records, in both revisions' templates.
+COMPILE = ("cmake --build build",)
+COLD = (*COMPILE, "crossbuild-essential", "vendor/llama.cpp", CCACHE_ID)
 STEP = re.compile(r"^\[feiteng\] #(?P<n>\d+) \[(?P<what>[^\]]+)\] (?P<cmd>.*)$")
 DONE = re.compile(r"^\[feiteng\] #(?P<n>\d+) DONE (?P<s>[\d.]+)s$")
 
@@ -55,22 +55,32 @@ def prepare(revision: str, workdir: Path) -> Path:
     return clone
 
 
-def empty_ccache() -> None:
-    """Remove ccache's cache mount (buildx prune filters only by exact values: its record's id)."""
+def _records() -> list[dict[str, str]]:
     listing = _run([DOCKER, "buildx", "du", "--verbose"], capture_output=True, check=True).stdout
-    for record in listing.split("\n\n"):
-        fields = dict(line.split(":", 1) for line in record.splitlines() if ":" in line)
-        if f'with id "{CCACHE_ID}"' in fields.get("Description", "") or CCACHE_ID in fields.get("Description", ""):
-            _run([DOCKER, "buildx", "prune", "--force", "--filter", f"id={fields['ID'].strip()}"], check=True)
+    return [
+        {k.strip(): v.strip() for k, v in (line.split(":", 1) for line in block.splitlines() if ":" in line)}
+        for block in listing.split("\n\n")
+    ]
 
 
-def bake(clone: Path, uncached: list[str]) -> dict[str, object]:
-    """One timed bake of feiteng from the clone's committed bake file, its base the local stand-in,
-    the given stages uncached; each step's seconds from its progress."""
+def forget(*steps: str) -> int:
+    """Remove BuildKit's cache records whose description holds one of `steps` (a step's command, or a
+    cache mount's id), so that those steps run again; how many went. buildx prune filters only by
+    exact values (its `no-cache-filter` through bake had no effect here), so by each record's id."""
+    gone = 0
+    for record in _records():
+        if "ID" in record and any(step in record.get("Description", "") for step in steps):
+            _run([DOCKER, "buildx", "prune", "--force", "--filter", f"id={record['ID']}"], check=True)
+            gone += 1
+    return gone
+
+
+def bake(clone: Path) -> dict[str, object]:
+    """One timed bake of feiteng from the clone's committed bake file, its base the local stand-in;
+    each step's seconds from its progress."""
     cmd = [
         DOCKER, "buildx", "bake", "--progress=plain", "--file", str(clone / "docker-bake.hcl"),
         "--set", f"feiteng.args.BASE_IMAGE={standin_ref(FEITENG_BASE, default_registry())}",
-        "--set", f"feiteng.no-cache-filter={','.join(uncached)}",
         "--set", "feiteng.output=type=cacheonly",
         "feiteng",
     ]  # fmt: skip
@@ -83,7 +93,7 @@ def bake(clone: Path, uncached: list[str]) -> dict[str, object]:
         for raw in proc.stdout:
             line = "[feiteng] " + raw.rstrip("\n")
             if step := STEP.match(line):
-                names.setdefault(step["n"], f"{step['what']} {step['cmd'][:60]}")
+                names.setdefault(step["n"], f"#{step['n']} {step['what']} {step['cmd'][:60]}")
             elif done := DONE.match(line):
                 name = names.get(done["n"], f"#{done['n']}")
                 steps[name] = max(steps.get(name, 0.0), float(done["s"]))
@@ -109,14 +119,16 @@ def main(argv: list[str] | None = None) -> int:
         work = Path(tmp)
         before = prepare(args.before, work)
         after = prepare(head, work)
-        with measuring(phases, "cold compile, before", limit_s=args.wait_minutes * 60):
-            empty_ccache()
-            runs["before: cold"] = bake(before, STAGES_BEFORE)
-        with measuring(phases, "cold compile, after", limit_s=args.wait_minutes * 60):
-            empty_ccache()
-            runs["after: cold"] = bake(after, STAGES_AFTER)
-        with measuring(phases, "recompile, ccache kept", limit_s=args.wait_minutes * 60):
-            runs["after: same sources again, ccache kept"] = bake(after, ["llama-build"])
+        for name, clone, cold in (
+            ("before: cold", before, True),
+            ("after: cold", after, True),
+            ("after: the compile again, ccache kept", after, False),
+        ):
+            with measuring(phases, name, limit_s=args.wait_minutes * 60):
+                # Cold: the toolchain, the sources and the compile run again, ccache empty; else the
+                # compile alone runs again, on the ccache the cold run filled.
+                forget(*(COLD if cold else COMPILE))
+                runs[name] = bake(clone)
     rows = []
     for name, run in runs.items():
         compiles = run["compile_s"]
