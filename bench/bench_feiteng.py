@@ -4,15 +4,15 @@
 
 For each revision (`--before`, default 601090d, the last one before this change; then HEAD), in a fresh
 clone: `build.py contexts --target feiteng` makes the contexts its committed bake file names, then
-`docker buildx bake` of that file (the base: the local stand-in) is timed, output `type=cacheonly` (the
-compile, not the export), after BuildKit's cache records of the toolchain, source and compile steps
-and ccache's cache mount were removed: the cold compile of both platforms. For HEAD once more, with
-only the compile step's records removed and ccache kept: the same sources compiled again, which is what
+`docker buildx bake --no-cache` of that file (the base: the local stand-in) is timed, output
+`type=cacheonly` (the steps, not the export), ccache's cache mount emptied first: the cold compile of
+both platforms. For HEAD once more with ccache kept: the same sources compiled again, which is what
 ccache saves at most (a llama.cpp release changes part of the tree; a flag that every file sees, all
 of it). The base and apt's download cache are warm in every run.
 
-Per run: the wall clock, and from bake's plain progress each step's own seconds (the toolchain's apt
-install, the compile per platform). Writes `feiteng.json` in bench/results/.
+Per run: the wall clock (every step of the image, the runtime stage's emulated arm64 steps too), and
+from bake's plain progress each step's own seconds: the toolchain's apt install, the compile per
+platform. Writes `feiteng.json` in bench/results/.
 """
 
 from __future__ import annotations
@@ -32,9 +32,6 @@ from xcforge.shell import DOCKER
 
 CCACHE_ID = "xcforge-llama-ccache"
 FEITENG_BASE = "docker.io/library/python:3.11-slim-bookworm"  # matrix.yaml's; its stand-in is the local one
-# What identifies the steps in BuildKit's cache records, in both revisions' templates.
-COMPILE = ("cmake --build build",)
-COLD = (*COMPILE, "crossbuild-essential", "vendor/llama.cpp", CCACHE_ID)
 STEP = re.compile(r"^\[feiteng\] #(?P<n>\d+) \[(?P<what>[^\]]+)\] (?P<cmd>.*)$")
 DONE = re.compile(r"^\[feiteng\] #(?P<n>\d+) DONE (?P<s>[\d.]+)s$")
 
@@ -55,24 +52,13 @@ def prepare(revision: str, workdir: Path) -> Path:
     return clone
 
 
-def _records() -> list[dict[str, str]]:
+def empty_ccache() -> None:
+    """Remove ccache's cache mount (buildx prune filters only by exact values: by its record's id)."""
     listing = _run([DOCKER, "buildx", "du", "--verbose"], capture_output=True, check=True).stdout
-    return [
-        {k.strip(): v.strip() for k, v in (line.split(":", 1) for line in block.splitlines() if ":" in line)}
-        for block in listing.split("\n\n")
-    ]
-
-
-def forget(*steps: str) -> int:
-    """Remove BuildKit's cache records whose description holds one of `steps` (a step's command, or a
-    cache mount's id), so that those steps run again; how many went. buildx prune filters only by
-    exact values (its `no-cache-filter` through bake had no effect here), so by each record's id."""
-    gone = 0
-    for record in _records():
-        if "ID" in record and any(step in record.get("Description", "") for step in steps):
+    for block in listing.split("\n\n"):
+        record = {k.strip(): v.strip() for k, v in (line.split(":", 1) for line in block.splitlines() if ":" in line)}
+        if CCACHE_ID in record.get("Description", "") and "ID" in record:
             _run([DOCKER, "buildx", "prune", "--force", "--filter", f"id={record['ID']}"], check=True)
-            gone += 1
-    return gone
 
 
 def bake(clone: Path) -> dict[str, object]:
@@ -81,6 +67,9 @@ def bake(clone: Path) -> dict[str, object]:
     cmd = [
         DOCKER, "buildx", "bake", "--progress=plain", "--file", str(clone / "docker-bake.hcl"),
         "--set", f"feiteng.args.BASE_IMAGE={standin_ref(FEITENG_BASE, default_registry())}",
+        # Every step runs again (cache mounts stay: apt's downloads, ccache unless emptied). buildx
+        # 0.13's bake drops `--set T.no-cache-filter=...` silently (`bake --print` lacks it).
+        "--set", "feiteng.no-cache=true",
         "--set", "feiteng.output=type=cacheonly",
         "feiteng",
     ]  # fmt: skip
@@ -125,9 +114,8 @@ def main(argv: list[str] | None = None) -> int:
             ("after: the compile again, ccache kept", after, False),
         ):
             with measuring(phases, name, limit_s=args.wait_minutes * 60):
-                # Cold: the toolchain, the sources and the compile run again, ccache empty; else the
-                # compile alone runs again, on the ccache the cold run filled.
-                forget(*(COLD if cold else COMPILE))
+                if cold:
+                    empty_ccache()
                 runs[name] = bake(clone)
     rows = []
     for name, run in runs.items():
