@@ -5,14 +5,18 @@
 For each revision (`--before`, default 601090d, the last one before this change; then HEAD), in a fresh
 clone: `build.py contexts --target feiteng` makes the contexts its committed bake file names, then
 `docker buildx bake --no-cache` of that file (the base: the local stand-in) is timed, output
-`type=cacheonly` (the steps, not the export), ccache's cache mount emptied first: the cold compile of
-both platforms. For HEAD once more with ccache kept: the same sources compiled again, which is what
-ccache saves at most (a llama.cpp release changes part of the tree; a flag that every file sees, all
-of it). The base and apt's download cache are warm in every run.
+`type=cacheonly` (the steps, not the export): the cold compile of both platforms. `--no-cache` also
+gives every cache mount a fresh, empty directory (BuildKit; apt's download cache too), so a cold run
+starts without ccache's files; what it writes there is what later builds see.
+
+For HEAD once more with ccache kept: the compile step's command changed by a no-op (`: bench-recompile`)
+so that it and the stages after it run again while the toolchain stays cached, as when a llama.cpp
+release changes the sources. Same sources, so this is what ccache saves at most (a release changes
+part of the tree; a flag that every file sees, all of it).
 
 Per run: the wall clock (every step of the image, the runtime stage's emulated arm64 steps too), and
 from bake's plain progress each step's own seconds: the toolchain's apt install, the compile per
-platform. Writes `feiteng.json` in bench/results/.
+platform, and ccache's hit/miss lines. Writes `feiteng.json` in bench/results/.
 """
 
 from __future__ import annotations
@@ -30,10 +34,12 @@ from _common import REPO, git_revision, log, machine, markdown_table, measuring,
 from xcforge.provision.standin import default_registry, standin_ref
 from xcforge.shell import DOCKER
 
-CCACHE_ID = "xcforge-llama-ccache"
 FEITENG_BASE = "docker.io/library/python:3.11-slim-bookworm"  # matrix.yaml's; its stand-in is the local one
-STEP = re.compile(r"^\[feiteng\] #(?P<n>\d+) \[(?P<what>[^\]]+)\] (?P<cmd>.*)$")
-DONE = re.compile(r"^\[feiteng\] #(?P<n>\d+) DONE (?P<s>[\d.]+)s$")
+STEP = re.compile(r"^#(?P<n>\d+) \[(?P<what>[^\]]+)\] (?P<cmd>.*)$")
+DONE = re.compile(r"^#(?P<n>\d+) DONE (?P<s>[\d.]+)s$")
+CCACHE_LINE = re.compile(r"^#\d+ [\d.]+ xcforge: ccache (?P<line>.*)$")
+COMPILE_MARK = 'case "$TARGETARCH" in'  # the first words of the compile step (both revisions)
+RECOMPILE_MARK = ": bench-recompile && "
 
 
 def _run(cmd: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
@@ -52,46 +58,66 @@ def prepare(revision: str, workdir: Path) -> Path:
     return clone
 
 
-def empty_ccache() -> None:
-    """Remove ccache's cache mount (buildx prune filters only by exact values: by its record's id)."""
-    listing = _run([DOCKER, "buildx", "du", "--verbose"], capture_output=True, check=True).stdout
-    for block in listing.split("\n\n"):
-        record = {k.strip(): v.strip() for k, v in (line.split(":", 1) for line in block.splitlines() if ":" in line)}
-        if CCACHE_ID in record.get("Description", "") and "ID" in record:
-            _run([DOCKER, "buildx", "prune", "--force", "--filter", f"id={record['ID']}"], check=True)
+def change_compile_step(clone: Path) -> None:
+    """The compile step's command with a no-op in front: it and what follows run again, the toolchain
+    and the sources stay cached, ccache's mount is the one the last run left."""
+    dockerfile = clone / "images" / "feiteng" / "Dockerfile"
+    text = dockerfile.read_text()
+    if COMPILE_MARK not in text:
+        raise SystemExit(f"{dockerfile}: no compile step ({COMPILE_MARK!r}) to change")
+    dockerfile.write_text(text.replace(COMPILE_MARK, RECOMPILE_MARK + COMPILE_MARK, 1))
 
 
-def bake(clone: Path) -> dict[str, object]:
+def bake(clone: Path, *, cold: bool) -> dict[str, object]:
     """One timed bake of feiteng from the clone's committed bake file, its base the local stand-in;
     each step's seconds from its progress."""
     cmd = [
         DOCKER, "buildx", "bake", "--progress=plain", "--file", str(clone / "docker-bake.hcl"),
         "--set", f"feiteng.args.BASE_IMAGE={standin_ref(FEITENG_BASE, default_registry())}",
-        # Every step runs again (cache mounts stay: apt's downloads, ccache unless emptied). buildx
-        # 0.13's bake drops `--set T.no-cache-filter=...` silently (`bake --print` lacks it).
-        "--set", "feiteng.no-cache=true",
         "--set", "feiteng.output=type=cacheonly",
-        "feiteng",
     ]  # fmt: skip
+    if cold:
+        # Every step runs again, every cache mount fresh. buildx 0.13's bake drops
+        # `--set T.no-cache-filter=...` silently (`bake --print` lacks it): all or nothing.
+        cmd += ["--set", "feiteng.no-cache=true"]
+    cmd.append("feiteng")
     print("+", " ".join(cmd), flush=True)
     started = time.monotonic()
     names: dict[str, str] = {}
+    kinds: dict[str, str] = {}  # step name → "compile" | "apt", for the llama.cpp stages' steps
     steps: dict[str, float] = {}
+    ccache: list[str] = []
     with subprocess.Popen(cmd, cwd=clone, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
         assert proc.stdout is not None
         for raw in proc.stdout:
-            line = "[feiteng] " + raw.rstrip("\n")
+            line = raw.rstrip("\n")
             if step := STEP.match(line):
-                names.setdefault(step["n"], f"#{step['n']} {step['what']} {step['cmd'][:60]}")
+                name = names.setdefault(step["n"], f"#{step['n']} {step['what']} {step['cmd'][:60]}")
+                if "llama-" in step["what"]:
+                    # The step line holds the whole command (its continuation lines joined).
+                    if COMPILE_MARK in step["cmd"]:
+                        kinds[name] = "compile"
+                    elif "apt-get install" in step["cmd"]:
+                        kinds[name] = "apt"
             elif done := DONE.match(line):
                 name = names.get(done["n"], f"#{done['n']}")
                 steps[name] = max(steps.get(name, 0.0), float(done["s"]))
+            elif hit := CCACHE_LINE.match(line):
+                ccache.append(hit["line"])
     wall = time.monotonic() - started
     if proc.returncode != 0:
         raise SystemExit(f"bake failed (exit {proc.returncode})")
-    compile_steps = {k: v for k, v in steps.items() if "cmake" in k or 'case "$TARGETARCH"' in k}
-    apt_steps = {k: v for k, v in steps.items() if "apt-get" in k or "APT_MIRROR" in k}
-    return {"wall_s": round(wall, 1), "steps_s": steps, "compile_s": compile_steps, "apt_s": apt_steps}
+    compile_steps = {k: v for k, v in steps.items() if kinds.get(k) == "compile"}
+    apt_steps = {k: v for k, v in steps.items() if kinds.get(k) == "apt"}
+    if not compile_steps:
+        raise SystemExit("no compile step found in bake's progress (did the Dockerfile's compile step change?)")
+    return {
+        "wall_s": round(wall, 1),
+        "steps_s": steps,
+        "compile_s": compile_steps,
+        "apt_s": apt_steps,
+        "ccache": ccache,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -114,9 +140,9 @@ def main(argv: list[str] | None = None) -> int:
             ("after: the compile again, ccache kept", after, False),
         ):
             with measuring(phases, name, limit_s=args.wait_minutes * 60):
-                if cold:
-                    empty_ccache()
-                runs[name] = bake(clone)
+                if not cold:
+                    change_compile_step(clone)
+                runs[name] = bake(clone, cold=cold)
     rows = []
     for name, run in runs.items():
         compiles = run["compile_s"]

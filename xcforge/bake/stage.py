@@ -183,7 +183,7 @@ def _skip_if_unchanged(plan: BuildPlan, fingerprint: str, record_path: Path | No
             return None
         result = _result(plan, "skipped", digest=record.get("digest"))
         result.platforms = [PlatformResult(**p) for p in record.get("platforms", [])]
-        result.archive = str(archive)
+        result.archive = str(plan.archive_path)
         result.refs = list(plan.refs)
         result.attestations = load_recorded(_attestation_dir(plan), {p.digest for p in result.platforms})
         return result
@@ -550,10 +550,10 @@ def _attestation_dir(plan: BuildPlan) -> Path:
 def _finish(
     plan: BuildPlan, result: BuildResult, partial: Path, record_path: Path | None, *, loaded: bool = False
 ) -> None:
-    archive = layout.OciArchive(partial)
-    digest, _ = archive.top_index()
+    reader = layout.OciArchive(partial)
+    digest, _ = reader.top_index()
     result.digest = digest
-    result.platforms = [PlatformResult(p, d, s) for p, (d, s) in sorted(archive.platforms().items())]
+    result.platforms = [PlatformResult(p, d, s) for p, (d, s) in sorted(reader.platforms().items())]
     source = partial
     if not plan.output.pushes:
         # The archive is whole and its digest checked (_assemble): it takes its final name now, so
@@ -573,7 +573,7 @@ def _finish(
     say(f"[{plan.target.name}] SBOMs and provenance written in {time.monotonic() - sbom_started:.1f} s")
     if not plan.output.pushes:
         assert plan.archive_path and record_path
-        result.archive = str(archive)
+        result.archive = str(plan.archive_path)
         result.refs = list(plan.refs)
         # Operators `docker load` this same file. The local engine has the image already when BuildKit
         # exported it there too (same export, same digest); a remote builder's archive is loaded here.
