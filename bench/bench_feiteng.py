@@ -39,6 +39,7 @@ STEP = re.compile(r"^#(?P<n>\d+) \[(?P<what>[^\]]+)\] (?P<cmd>.*)$")
 DONE = re.compile(r"^#(?P<n>\d+) DONE (?P<s>[\d.]+)s$")
 CCACHE_LINE = re.compile(r"^#\d+ [\d.]+ xcforge: ccache (?P<line>.*)$")
 COMPILE_MARK = 'case "$TARGETARCH" in'  # the first words of the compile step (both revisions)
+COMPILED = re.compile(r'case "[a-z0-9]+" in')  # the same in bake's progress ($TARGETARCH expanded)
 RECOMPILE_MARK = ": bench-recompile && "
 
 
@@ -95,7 +96,7 @@ def bake(clone: Path, *, cold: bool) -> dict[str, object]:
                 name = names.setdefault(step["n"], f"#{step['n']} {step['what']} {step['cmd'][:60]}")
                 if "llama-" in step["what"]:
                     # The step line holds the whole command (its continuation lines joined).
-                    if COMPILE_MARK in step["cmd"]:
+                    if COMPILED.search(step["cmd"]):
                         kinds[name] = "compile"
                     elif "apt-get install" in step["cmd"]:
                         kinds[name] = "apt"
