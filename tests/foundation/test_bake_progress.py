@@ -8,9 +8,11 @@ and the live lines are exercised on BuildKit's own words. The bake itself runs i
 from __future__ import annotations
 
 import re
+import signal
+import threading
 from pathlib import Path
 
-from xcforge.bake.runner import failure_reason, run_bake
+from xcforge.bake.runner import Cancellation, failure_reason, run_bake
 
 LOG = Path(__file__).parent / "data" / "bake-two-targets.log"
 
@@ -56,3 +58,34 @@ def test_plain_mode_prefixes_every_line(tmp_path, capsys):
     _replay(tmp_path, ["one", "two"], live=False)
     err = capsys.readouterr().err
     assert "[two] #11 ERROR: process" in err and "[one] #12 [one linux/amd64 stage-0 2/2]" in err
+
+
+def test_a_cancelled_bake_on_a_worker_thread_is_terminated(tmp_path):
+    """Ctrl-C reaches only the main thread; the bake a worker thread runs must stop with it."""
+    cancellation = Cancellation()
+    spawned = threading.Event()
+    outcome: list = []
+    hang = ["sh", "-c", f'cat "{LOG}"; exec sleep 600']
+
+    def bake() -> None:
+        outcome.append(
+            run_bake(hang, targets=["one", "two"], cwd=tmp_path, env={}, log_dir=tmp_path / "logs",
+                     spawned=spawned, cancellation=cancellation)
+        )  # fmt: skip
+
+    worker = threading.Thread(target=bake)
+    worker.start()
+    assert spawned.wait(30)
+    cancellation.cancel()
+    worker.join(60)
+    assert not worker.is_alive(), "the bake went on after cancel()"
+    assert outcome[0].returncode == -signal.SIGTERM
+    assert cancellation.cancelled and cancellation.wait(10)  # a lane's retry sleep returns at once
+
+
+def test_a_bake_started_after_cancel_is_stopped_at_once(tmp_path):
+    cancellation = Cancellation()
+    cancellation.cancel()
+    run = run_bake(["sleep", "600"], targets=["only"], cwd=tmp_path, env={}, log_dir=tmp_path / "logs",
+                   cancellation=cancellation)  # fmt: skip
+    assert run.returncode == -signal.SIGTERM

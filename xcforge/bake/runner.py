@@ -257,6 +257,43 @@ class _LiveLines:
         self.live.stop()
 
 
+class Cancellation:
+    """Stops the bakes that worker threads run once the main thread is interrupted.
+
+    Python raises KeyboardInterrupt only in the main thread; a bake on a worker thread would run
+    on (and a failed push be retried) while the main thread waits for it. `cancel()` terminates
+    every bake process this object tracks, and a lane that sees `cancelled` starts no other."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self._lock = threading.Lock()
+        self._running: set[subprocess.Popen[str]] = set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._event.is_set()
+
+    def cancel(self) -> None:
+        with self._lock:
+            self._event.set()
+            for proc in self._running:
+                proc.terminate()
+
+    def wait(self, seconds: float) -> bool:
+        """Sleep up to `seconds`; True at once if cancelled meanwhile."""
+        return self._event.wait(seconds)
+
+    def track(self, proc: subprocess.Popen[str]) -> None:
+        with self._lock:
+            self._running.add(proc)
+            if self._event.is_set():
+                proc.terminate()
+
+    def forget(self, proc: subprocess.Popen[str]) -> None:
+        with self._lock:
+            self._running.discard(proc)
+
+
 def live_wanted(stream: IO[str] | None = None) -> bool:
     stream = stream or sys.stderr
     return stream.isatty() and not os.environ.get("CI") and os.environ.get("TERM") != "dumb"
@@ -271,9 +308,10 @@ def run_bake(
     log_dir: Path,
     live: bool | None = None,
     spawned: threading.Event | None = None,
+    cancellation: Cancellation | None = None,
 ) -> BakeRun:
     """Run one bake; give each output line to its target (log file, progress, live line).
-    `spawned` is set once the bake process runs."""
+    `spawned` is set once the bake process runs; `cancellation` can terminate it from another thread."""
     echo(cmd)
     started = time.monotonic()
     progress = {name: TargetProgress(name) for name in targets}
@@ -290,6 +328,8 @@ def run_bake(
         text=True,
         bufsize=1,
     )
+    if cancellation:
+        cancellation.track(proc)
     if spawned:
         spawned.set()
     try:
@@ -317,6 +357,8 @@ def run_bake(
             proc.kill()
         raise
     finally:
+        if cancellation:
+            cancellation.forget(proc)
         logs.close()
         if live_lines:
             live_lines.close()
@@ -378,6 +420,7 @@ __all__ = [
     "RETRYABLE",
     "BakeRun",
     "BuilderNode",
+    "Cancellation",
     "TargetProgress",
     "bake_command",
     "builder_nodes",

@@ -39,6 +39,7 @@ from xcforge.bake.result import BuildResult, PlatformResult
 from xcforge.bake.runner import (
     RETRYABLE,
     BuilderNode,
+    Cancellation,
     bake_command,
     builder_nodes,
     failure_reason,
@@ -350,28 +351,30 @@ def output_spec(plan: BuildPlan, archive: Path) -> str:
     return f'type=oci,dest={archive},"name={names}"'
 
 
-def _bake_on(
-    lane: Lane, pendings: list[_Pending], request: BuildRequest, run_dir: Path, spawned: threading.Event
-) -> None:
+class _LaneRun(NamedTuple):
+    """What a lane's worker thread shares with the main thread."""
+
+    spawned: threading.Event  # set when the first bake runs, or when the lane gives up before one does
+    cancellation: Cancellation  # the main thread was interrupted: stop the bake, start no other
+
+
+def _bake_on(lane: Lane, pendings: list[_Pending], request: BuildRequest, run_dir: Path, shared: _LaneRun) -> None:
     """One lane's share of the graph in one bake (one BuildKit session); with --keep-going,
-    the targets a failure cancelled are baked again (their finished steps are cache hits).
-    `spawned` is set when the first bake runs, or when this lane gives up before one does."""
+    the targets a failure cancelled are baked again (their finished steps are cache hits)."""
     try:
-        _bake_lane(lane, pendings, request, run_dir, spawned)
+        _bake_lane(lane, pendings, request, run_dir, shared)
     finally:
-        spawned.set()
+        shared.spawned.set()
 
 
-def _bake_lane(
-    lane: Lane, pendings: list[_Pending], request: BuildRequest, run_dir: Path, spawned: threading.Event
-) -> None:
+def _bake_lane(lane: Lane, pendings: list[_Pending], request: BuildRequest, run_dir: Path, shared: _LaneRun) -> None:
     """Bake until every target is done or failed. A bake whose pushes hit a registry error is run
     again by this loop, not by urllib3's Retry: the HTTP is BuildKit's, inside `docker buildx bake`,
     so what is retried is a subprocess, judged by its log (`RETRYABLE`)."""
     remaining = list(pendings)
     attempt = 0
     builder, label = lane.builder, lane.label
-    while remaining:
+    while remaining and not shared.cancellation.cancelled:
         attempt += 1
         runs = [_run_target(p, lane) for p in remaining]
         run_file = definition.write_run_file(run_dir / f"run-{label}-{attempt}.json", runs)
@@ -388,8 +391,11 @@ def _bake_lane(
                 cwd=request.matrix.root,
                 env=definition.variables(remaining[0].build_args),
                 log_dir=request.options.dist_dir / "logs",
-                spawned=spawned,
+                spawned=shared.spawned,
+                cancellation=shared.cancellation,
             )
+        if shared.cancellation.cancelled:
+            return  # interrupted: the main thread cleans up and reports it
         say(f"[{label}] bake finished in {outcome.duration_s:.2f} s (exit {outcome.returncode})")
         for pending in remaining:
             progress = outcome.targets[pending.plan.target.name]
@@ -406,7 +412,8 @@ def _bake_lane(
         if retryable and attempt < REGISTRY_RETRIES:
             delay = 5 * 3 ** (attempt - 1)
             say(f"[{label}] registry error ({failure_reason(tails.splitlines())}); retrying in {delay} s")
-            time.sleep(delay)
+            if shared.cancellation.wait(delay):
+                return
             continue
         for pending in failed:
             reason = failure_reason(outcome.targets[pending.plan.target.name].tail)
@@ -470,17 +477,24 @@ def build_all(
                 for lane in pending.parts:
                     by_lane.setdefault(lane, []).append(pending)
             # Lanes are separate machines (builders, or the nodes of one): their bakes run at once.
+            cancellation = Cancellation()
             with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(by_lane))) as pool:
-                spawned = {lane: threading.Event() for lane in by_lane}
+                shared = {lane: _LaneRun(threading.Event(), cancellation) for lane in by_lane}
                 futures = [
-                    pool.submit(_bake_on, lane, ps, request, run_dir, spawned[lane]) for lane, ps in by_lane.items()
+                    pool.submit(_bake_on, lane, ps, request, run_dir, shared[lane]) for lane, ps in by_lane.items()
                 ]
-                for event in spawned.values():
-                    event.wait()
-                if while_baking:
-                    while_baking()
-                for future in futures:
-                    future.result()
+                try:
+                    for lane_run in shared.values():
+                        lane_run.spawned.wait()
+                    if while_baking:
+                        while_baking()
+                    for future in futures:
+                        future.result()
+                except BaseException:
+                    # Ctrl-C lands here, on the main thread: stop the workers' bakes before the
+                    # pool waits for them (a bake left running would build, and a retry push, on).
+                    cancellation.cancel()
+                    raise
         for pending in pendings:
             name = pending.plan.target.name
             if pending.failed_lanes:
