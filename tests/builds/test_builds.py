@@ -170,6 +170,13 @@ def test_registry_down_is_reported_with_nothing_tagged(project, tmp_path):
     assert last and "127.0.0.1:5999" in last[-1] and "attempts" in last[-1]
 
 
+def _interruptible() -> None:
+    # A job started in the background by a non-interactive shell (as `.ci/run ... &` is) inherits
+    # SIGINT ignored, and Python then never raises KeyboardInterrupt; a terminal's Ctrl-C reaches
+    # a process with the default disposition, so the test gives xcforge that one.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("whom", ["group", "process"])
 def test_interrupted_build_publishes_nothing(project, prefix, tmp_path, whom):
     """Ctrl-C on a terminal signals the whole group (buildx too); a supervisor's `kill -INT` only
@@ -189,6 +196,7 @@ def test_interrupted_build_publishes_nothing(project, prefix, tmp_path, whom):
         stderr=subprocess.STDOUT,
         text=True,
         start_new_session=True,
+        preexec_fn=_interruptible,
     )  # fmt: skip
     assert proc.stdout is not None
     seen = []

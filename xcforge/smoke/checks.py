@@ -404,7 +404,7 @@ def _talk(
 
 def what_happened(name: str, exc: Exception) -> str:
     """One line: the request's error, the container's state, the worker's fatal signal, the log's end."""
-    return describe_failure(exc, container_state(name), containers.logs(name, tail=200))
+    return describe_failure(exc, container_state(name), containers.logs(name, tail=2000))
 
 
 def describe_failure(exc: Exception, state: dict[str, Any], logs: str) -> str:

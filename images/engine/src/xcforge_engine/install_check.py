@@ -275,6 +275,16 @@ def _check_freeze(
         )
 
 
+def _check_general_plugin(report: InstallReport) -> None:
+    """vLLM loads our general plugin (AMX permission, xcforge_engine/vllm_plugin.py) in each process."""
+    found = {ep.name: ep.value for ep in metadata.entry_points(group="vllm.general_plugins")}
+    if found.get("xcforge") == "xcforge_engine.vllm_plugin:register":
+        report.add("general-plugin", "ok", "xcforge registers vllm.general_plugins:xcforge")
+    else:
+        detail = f"no vllm.general_plugins entry point 'xcforge' (found: {sorted(found)})"
+        report.add("general-plugin", "failed", detail)
+
+
 def run_check(
     env: Mapping[str, str], *, timeout: float = 900.0, write: str | None = VERIFICATION_JSON
 ) -> InstallReport:
@@ -320,6 +330,8 @@ def run_check(
             detail = "clean" if not accepted else f"clean but for {len(accepted)} accepted: " + "; ".join(accepted)
             report.add("pip-check", "ok", detail)
         _check_freeze(report, install, image, expected)
+        if not compiled:
+            _check_general_plugin(report)
         if not report.failed:
             report.level = "engine-installed"
         plugin, entry = image.get("plugin") or "", install.get("plugin_entry_point") or ""
