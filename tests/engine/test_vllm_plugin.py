@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import platform
 import subprocess
 import sys
 from importlib import metadata
@@ -11,10 +10,13 @@ from pathlib import Path
 
 import pytest
 from xcforge_engine import vllm_plugin
+from xcforge_engine.cpuinfo import read_cpuinfo
+from xcforge_engine.host import Host
 
 
 def _host_has_amx() -> bool:
-    return platform.machine() == "x86_64" and vllm_plugin._cpu_has_amx_tile()
+    cpu = read_cpuinfo(Host.real())
+    return cpu.arch == "x86_64" and cpu.has("amx_tile")
 
 
 def test_the_entry_point_is_where_vllm_loads_general_plugins():
@@ -25,10 +27,10 @@ def test_the_entry_point_is_where_vllm_loads_general_plugins():
 
 
 PROBE = """
-import ctypes, json, sys
+import ctypes, json, platform, sys
 from xcforge_engine import vllm_plugin as p
 libc = ctypes.CDLL(None)
-before = p._xcomp_perm(libc) if sys.platform == "linux" and p.platform.machine() == "x86_64" else None
+before = p._xcomp_perm(libc) if sys.platform == "linux" and platform.machine() == "x86_64" else None
 outcome, detail = p.request_amx()
 after = p._xcomp_perm(libc) if before is not None else None
 print(json.dumps({"outcome": outcome, "detail": detail, "before": before, "after": after}))
@@ -49,11 +51,11 @@ def test_a_fresh_process_gets_amx_tile_data_from_the_kernel():
 
 
 def test_no_amx_flag_means_no_request(tmp_path: Path):
-    cpuinfo = tmp_path / "cpuinfo"
-    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f avx512_bf16\n")
-    outcome, detail = vllm_plugin.request_amx(str(cpuinfo))
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc" / "cpuinfo").write_text("processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f avx512_bf16\n")
+    outcome, detail = vllm_plugin.request_amx(Host(tmp_path, strict_devices=False))
     assert outcome == "not-needed"
-    if platform.machine() == "x86_64":
+    if sys.platform == "linux":
         assert "amx_tile" in detail
 
 

@@ -18,24 +18,15 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
-import platform
 import sys
+
+from xcforge_engine.cpuinfo import read_cpuinfo
+from xcforge_engine.host import Host
 
 SYS_ARCH_PRCTL = 158  # x86_64 syscall number
 ARCH_GET_XCOMP_PERM = 0x1022
 ARCH_REQ_XCOMP_PERM = 0x1023
 XFEATURE_XTILEDATA = 18
-
-
-def _cpu_has_amx_tile(cpuinfo: str = "/proc/cpuinfo") -> bool:
-    try:
-        with open(cpuinfo, encoding="utf-8", errors="replace") as fh:
-            for line in fh:
-                if line.startswith("flags"):
-                    return "amx_tile" in line.split()
-    except OSError:
-        pass
-    return False
 
 
 def _xcomp_perm(libc: ctypes.CDLL) -> int | None:
@@ -45,15 +36,16 @@ def _xcomp_perm(libc: ctypes.CDLL) -> int | None:
     return granted.value
 
 
-def request_amx(cpuinfo: str = "/proc/cpuinfo") -> tuple[str, str]:
+def request_amx(host: Host | None = None) -> tuple[str, str]:
     """Ask the kernel for AMX tile data in this process: (outcome, detail).
 
     outcome is "granted", "not-needed" (no AMX, or not x86_64 Linux) or "refused" (the kernel or a
     hypervisor withholds it: AMX kernels would die with SIGILL).
     """
-    if sys.platform != "linux" or platform.machine() != "x86_64":
-        return "not-needed", f"{sys.platform} {platform.machine()}: no AMX"
-    if not _cpu_has_amx_tile(cpuinfo):
+    cpu = read_cpuinfo(host or Host.real())
+    if sys.platform != "linux" or cpu.arch != "x86_64":
+        return "not-needed", f"{sys.platform} {cpu.arch}: no AMX"
+    if not cpu.has("amx_tile"):
         return "not-needed", "no amx_tile in /proc/cpuinfo flags"
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.syscall(SYS_ARCH_PRCTL, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) != 0:
