@@ -32,6 +32,7 @@ group "default" {
   targets = [
     "cuda",
     "ascend",
+    "ascend-vendor",
     "mlu",
     "musa",
     "cpu",
@@ -132,7 +133,41 @@ target "ascend" {
   cache-to    = CACHE_REPOSITORY == "" ? [] : ["type=registry,ref=${CACHE_REPOSITORY}/vllm-ascend:buildcache-arm64-amd64,mode=max"]
 }
 
-# x86_64 servers with Cambricon MLU370 accelerators (Neuware SDK). Hardware: x86_64 + Cambricon MLU370-X8/S4.
+# Kunpeng aarch64 servers with Huawei Ascend 910B NPUs (Atlas 800 A2), on vllm-ascend's own image. Hardware: Kunpeng 920 aarch64 + Ascend 910B (A2); x86_64 hosts with 910B also supported.
+target "ascend-vendor" {
+  inherits    = ["_common"]
+  context     = "images/ascend-vendor"
+  contexts    = {
+    sdists = "dist/.contexts/sdists/ascend-vendor"
+  }
+  platforms   = [
+    "linux/arm64",
+    "linux/amd64",
+  ]
+  args        = {
+    XCFORGE_VERIFICATION = "linux/arm64=plugin-installed linux/amd64=plugin-installed"
+  }
+  tags        = [
+    "${REPOSITORY_PREFIX}/vllm-ascend-vendor:0.23.0-910b-vendor",
+    "${REPOSITORY_PREFIX}/vllm-ascend-vendor:0.23.0-910b-vendor-${BUILD_REVISION}",
+  ]
+  annotations = [
+    "index:org.opencontainers.image.title=xcforge vLLM ascend-vendor",
+    "manifest:org.opencontainers.image.title=xcforge vLLM ascend-vendor",
+    "index:org.opencontainers.image.description=Kunpeng aarch64 servers with Huawei Ascend 910B NPUs (Atlas 800 A2), on vllm-ascend's own image",
+    "manifest:org.opencontainers.image.description=Kunpeng aarch64 servers with Huawei Ascend 910B NPUs (Atlas 800 A2), on vllm-ascend's own image",
+    "index:org.opencontainers.image.version=0.23.0-910b-vendor",
+    "manifest:org.opencontainers.image.version=0.23.0-910b-vendor",
+    "index:org.opencontainers.image.base.name=quay.io/ascend/vllm-ascend:v0.23.0",
+    "manifest:org.opencontainers.image.base.name=quay.io/ascend/vllm-ascend:v0.23.0",
+    "index:io.xcforge.target=ascend-vendor",
+    "manifest:io.xcforge.target=ascend-vendor",
+  ]
+  cache-from  = CACHE_REPOSITORY == "" ? [] : ["type=registry,ref=${CACHE_REPOSITORY}/vllm-ascend-vendor:buildcache-arm64-amd64"]
+  cache-to    = CACHE_REPOSITORY == "" ? [] : ["type=registry,ref=${CACHE_REPOSITORY}/vllm-ascend-vendor:buildcache-arm64-amd64,mode=max"]
+}
+
+# x86_64 servers with Cambricon MLU370 and newer accelerators, on Cambricon's vLLM container (SDK). Hardware: x86_64 + Cambricon MLU370-X8/S4 and newer.
 target "mlu" {
   inherits    = ["_common"]
   context     = "images/mlu"
@@ -146,18 +181,18 @@ target "mlu" {
     XCFORGE_VERIFICATION = "linux/amd64=plugin-installed"
   }
   tags        = [
-    "${REPOSITORY_PREFIX}/vllm-mlu:0.11.0-mlu370",
-    "${REPOSITORY_PREFIX}/vllm-mlu:0.11.0-mlu370-${BUILD_REVISION}",
+    "${REPOSITORY_PREFIX}/vllm-mlu:0.11.2-mlu370",
+    "${REPOSITORY_PREFIX}/vllm-mlu:0.11.2-mlu370-${BUILD_REVISION}",
   ]
   annotations = [
     "index:org.opencontainers.image.title=xcforge vLLM mlu",
     "manifest:org.opencontainers.image.title=xcforge vLLM mlu",
-    "index:org.opencontainers.image.description=x86_64 servers with Cambricon MLU370 accelerators (Neuware SDK)",
-    "manifest:org.opencontainers.image.description=x86_64 servers with Cambricon MLU370 accelerators (Neuware SDK)",
-    "index:org.opencontainers.image.version=0.11.0-mlu370",
-    "manifest:org.opencontainers.image.version=0.11.0-mlu370",
-    "index:org.opencontainers.image.base.name=registry.cambricon.internal/cambricon/pytorch:torch2.7.1-torchmlu1.28.0-ubuntu22.04-py310",
-    "manifest:org.opencontainers.image.base.name=registry.cambricon.internal/cambricon/pytorch:torch2.7.1-torchmlu1.28.0-ubuntu22.04-py310",
+    "index:org.opencontainers.image.description=x86_64 servers with Cambricon MLU370 and newer accelerators, on Cambricon's vLLM container (SDK)",
+    "manifest:org.opencontainers.image.description=x86_64 servers with Cambricon MLU370 and newer accelerators, on Cambricon's vLLM container (SDK)",
+    "index:org.opencontainers.image.version=0.11.2-mlu370",
+    "manifest:org.opencontainers.image.version=0.11.2-mlu370",
+    "index:org.opencontainers.image.base.name=registry.cambricon.internal/cambricon/vllm-container:v0.11.2-torch2.9.1-ubuntu22.04-py310",
+    "manifest:org.opencontainers.image.base.name=registry.cambricon.internal/cambricon/vllm-container:v0.11.2-torch2.9.1-ubuntu22.04-py310",
     "index:io.xcforge.target=mlu",
     "manifest:io.xcforge.target=mlu",
   ]
@@ -165,7 +200,7 @@ target "mlu" {
   cache-to    = CACHE_REPOSITORY == "" ? [] : ["type=registry,ref=${CACHE_REPOSITORY}/vllm-mlu:buildcache-amd64,mode=max"]
 }
 
-# x86_64 servers with Moore Threads MTT S5000 GPUs (MUSA 5.2, vllm-musa). Hardware: x86_64 + Moore Threads MTT S5000 (MUSA driver of the 5.2 release family).
+# x86_64 servers with Moore Threads MTT S5000 GPUs (MUSA 5.2), on Moore Threads' vLLM image. Hardware: x86_64 + Moore Threads MTT S5000 (MUSA driver of the 5.2 release family).
 target "musa" {
   inherits    = ["_common"]
   context     = "images/musa"
@@ -185,12 +220,12 @@ target "musa" {
   annotations = [
     "index:org.opencontainers.image.title=xcforge vLLM musa",
     "manifest:org.opencontainers.image.title=xcforge vLLM musa",
-    "index:org.opencontainers.image.description=x86_64 servers with Moore Threads MTT S5000 GPUs (MUSA 5.2, vllm-musa)",
-    "manifest:org.opencontainers.image.description=x86_64 servers with Moore Threads MTT S5000 GPUs (MUSA 5.2, vllm-musa)",
+    "index:org.opencontainers.image.description=x86_64 servers with Moore Threads MTT S5000 GPUs (MUSA 5.2), on Moore Threads' vLLM image",
+    "manifest:org.opencontainers.image.description=x86_64 servers with Moore Threads MTT S5000 GPUs (MUSA 5.2), on Moore Threads' vLLM image",
     "index:org.opencontainers.image.version=0.28.0-musa5.2",
     "manifest:org.opencontainers.image.version=0.28.0-musa5.2",
-    "index:org.opencontainers.image.base.name=docker.io/library/ubuntu:22.04",
-    "manifest:org.opencontainers.image.base.name=docker.io/library/ubuntu:22.04",
+    "index:org.opencontainers.image.base.name=registry.mthreads.com/mcconline/inference/vllm/vllm-openai:v0.28.0",
+    "manifest:org.opencontainers.image.base.name=registry.mthreads.com/mcconline/inference/vllm/vllm-openai:v0.28.0",
     "index:io.xcforge.target=musa",
     "manifest:io.xcforge.target=musa",
   ]

@@ -65,23 +65,41 @@ def test_platform_not_in_target_is_rejected():
         make_plan(MATRIX, MATRIX.targets["cuda"], SiteConfig(), BuildOptions(platforms=("linux/arm64",)))
 
 
+def test_no_target_is_refused():
+    # Every target ships: where the vendor's stack cannot be rebuilt, the target builds on the vendor's image.
+    assert not [name for name, t in MATRIX.targets.items() if t.refused]
+
+
 def test_a_refused_target_builds_only_with_its_engine_skipped():
-    # matrix.yaml refuses mlu and musa (the vendor's set does not resolve / needs its own patched vLLM).
-    for name in ("mlu", "musa"):
-        with pytest.raises(ConfigError, match=rf"targets\.{name}\.refused: .*skip_engine_install: \[{name}\]"):
-            make_plan(MATRIX, MATRIX.targets[name], SiteConfig(wheelhouse=REPO), BuildOptions())
-        for site in (SiteConfig(skip_engine_install=(name,)), SiteConfig(skip_steps=("*:plugin",))):
-            plan = make_plan(MATRIX, MATRIX.targets[name], site, BuildOptions())
-            assert plan.engine_install == "skip" and plan.plugin_install == "skip"
-    assert "4.51.3" in MATRIX.targets["mlu"].refused
+    # The mechanism stays for a matrix that refuses a target (none of ours does): a copy of ascend refused.
+    name = "ascend"
+    refused = MATRIX.targets[name].model_copy(update={"refused": "a test's refusal"})
+    with pytest.raises(ConfigError, match=rf"targets\.{name}\.refused: .*skip_engine_install: \[{name}\]"):
+        make_plan(MATRIX, refused, SiteConfig(wheelhouse=REPO), BuildOptions())
+    for site in (SiteConfig(skip_engine_install=(name,)), SiteConfig(skip_steps=("*:plugin",))):
+        plan = make_plan(MATRIX, refused, site, BuildOptions())
+        assert plan.engine_install == "skip" and plan.plugin_install == "skip"
 
 
 def test_wheelhouse_plugin_needs_wheelhouse_unless_skipped():
-    mlu = MATRIX.targets["mlu"].model_copy(update={"refused": None})  # the blocker, apart from the refusal
-    blocked = make_plan(MATRIX, mlu, SiteConfig(), BuildOptions())
+    ascend = MATRIX.targets["ascend"]
+    assert ascend.plugin is not None
+    # A plugin that only a vendor's wheelhouse serves (the way a private SDK's wheels come in).
+    private = ascend.model_copy(update={"plugin": ascend.plugin.model_copy(update={"source": "wheelhouse"})})
+    blocked = make_plan(MATRIX, private, SiteConfig(), BuildOptions())
     assert any("--wheelhouse" in b for b in blocked.blockers) and "BLOCKED" in blocked.describe()
-    plan = make_plan(MATRIX, mlu, SiteConfig(skip_engine_install=("mlu",)), BuildOptions())
+    plan = make_plan(MATRIX, private, SiteConfig(skip_engine_install=("ascend",)), BuildOptions())
     assert plan.engine_install == "skip"
+
+
+def test_a_vendor_image_target_asserts_instead_of_installing():
+    mlu = MATRIX.targets["mlu"]
+    plan = make_plan(MATRIX, mlu, SiteConfig(), BuildOptions())
+    # Nothing to fetch from a wheelhouse or an index: the vendor's image carries the stack.
+    assert not plan.blockers and plan.engine_install == "full" and plan.plugin_install == "full"
+    assert [v.level for v in plan.verification] == ["plugin-installed"]
+    standin = make_plan(MATRIX, mlu, SiteConfig(skip_steps=("*:plugin",)), BuildOptions())
+    assert standin.plugin_install == "skip" and [v.level for v in standin.verification] == ["engine-installed"]
 
 
 def test_engine_install_mode_per_platform():

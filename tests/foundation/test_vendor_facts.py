@@ -108,22 +108,46 @@ FACTS = [
          lambda: all(s["status"] == "unverified" and "download.pytorch.org" in s["engine"]
                      for s in deps("ascend")["sets"] if s["platform"] == "linux/amd64")),
     # ---------------------------------------------------------------- mlu
-    Fact("mlu", "Cambricon/vllm-mlu@8fa99fd9 requirements.txt (setup.py install_requires)",
-         "the vendor's requirements are committed verbatim and resolved with vLLM's",
-         lambda: "transformers == 4.51.3" in (ROOT / "images/mlu/vendor/vllm-mlu-requirements.txt").read_text()
-         and MATRIX.targets["mlu"].plugin.vendor_requirements == "vendor/vllm-mlu-requirements.txt"),
-    Fact("mlu", "vLLM 0.11.0 requirements/common.txt: transformers>=4.55.2",
-         "the conflict with vllm-mlu's transformers==4.51.3 is recorded: mlu is refused, no lock claims it",
-         lambda: MATRIX.targets["mlu"].refused and all(
-             s["status"] == "refused" and "4.51.3" in s["refused"] and not s["lock"] for s in deps("mlu")["sets"])),
-    Fact("mlu", "torch 2.7.1 wheel METADATA: triton==3.3.1",
-         "the base's triton is provided (never replaced by PyPI's newest)",
-         lambda: MATRIX.targets["mlu"].base.provides.get("triton") == "3.3.1"),
+    Fact("mlu", "Cambricon/vllm-mlu@b9925203 README §3.1: the Cambricon vLLM container, /torch/venv3/pytorch_infer",
+         "mlu builds on Cambricon's vLLM container and installs into its venv, nothing of the stack",
+         lambda: MATRIX.targets["mlu"].engine.is_vendor_image and not MATRIX.targets["mlu"].refused
+         and MATRIX.targets["mlu"].python.venv == "/torch/venv3/pytorch_infer"
+         and "xcforge-install-engine deps" not in dockerfile("mlu")
+         and "XCFORGE_PYTHON=/torch/venv3/pytorch_infer/bin/python xcforge-pip install --no-index --no-deps"
+         in dockerfile("mlu")),
+    Fact("mlu", "Cambricon/vllm-mlu@b9925203 requirements.txt: ray == 2.51.1, torch == 2.9.1, torch-mlu >= 1.29.1, "
+         "torch_mlu_ops >= 1.8.1, triton >= 3.2.0, click == 8.2.1; no transformers pin",
+         "the vendor's pins are the asserted table",
+         lambda: dict(MATRIX.targets["mlu"].vendor_image.provides) == {
+             "torch": "2.9.1", "torch-mlu": ">=1.29.1", "torch-mlu-ops": ">=1.8.1", "ray": "2.51.1",
+             "triton": ">=3.2.0", "click": "8.2.1"}),
+    Fact("mlu", "Cambricon/vllm-mlu@b9925203 setup.py entry_points: vllm.platform_plugins mlu, "
+         "vllm.general_plugins mlu_hijack",
+         "both entry points are asserted",
+         lambda: MATRIX.targets["mlu"].vendor_image.entry_points == {
+             "vllm.platform_plugins": ("mlu",), "vllm.general_plugins": ("mlu_hijack",)}),
+    Fact("mlu", "Cambricon/vllm-mlu tools/ray_mlu/README.md: mlu.py → ray/_private/accelerators/",
+         "the Ray patch is proven by its file",
+         lambda: any(f.path == "ray/_private/accelerators/mlu.py" for f in MATRIX.targets["mlu"].vendor_image.files)),
     # ---------------------------------------------------------------- musa
-    Fact("musa", "MooreThreads/vllm-musa setup.py: third_party/PINS checkout, vllm_musa/patches, mcc builds",
-         "musa is refused: no set claims deps-resolved, the Dockerfile says REFUSED",
-         lambda: MATRIX.targets["musa"].refused and "# REFUSED:" in dockerfile("musa")
-         and all(s["status"] == "refused" and not s["lock"] for s in deps("musa")["sets"])),
+    Fact("musa", "MooreThreads/vllm-musa README @010d6096: registry.mthreads.com/.../vllm-openai:v0.28.0",
+         "musa builds on Moore Threads' vllm-openai image, not refused",
+         lambda: MATRIX.targets["musa"].engine.is_vendor_image and not MATRIX.targets["musa"].refused
+         and MATRIX.targets["musa"].base.image.endswith("/vllm/vllm-openai:v0.28.0")
+         and "# REFUSED:" not in dockerfile("musa")),
+    Fact("musa", "vllm-musa requirements/musa_private.txt (MUSA release_5.2.0): torch_musa 2.11.0.post2, MATE 0.2.7",
+         "the MUSA stack is the asserted table",
+         lambda: MATRIX.targets["musa"].vendor_image.provides["torch-musa"] == "2.11.0.post2"
+         and MATRIX.targets["musa"].vendor_image.provides["mate"] == "0.2.7"),
+    Fact("musa", "vLLM loads only the plugins VLLM_PLUGINS names; vllm-musa pyproject: musa, musa_custom_ops",
+         "VLLM_PLUGINS names the vendor's plugins and xcforge's own general plugin",
+         lambda: MATRIX.targets["musa"].env["VLLM_PLUGINS"].split(",") == ["musa", "musa_custom_ops", "xcforge"]),
+    # ---------------------------------------------------------------- ascend-vendor
+    Fact("ascend-vendor", "vllm-ascend docs: quay.io/ascend/vllm-ascend:v0.23.0 (pairs with vLLM 0.23.0)",
+         "ascend is offered both ways: the assembly on CANN and vllm-ascend's own image",
+         lambda: MATRIX.targets["ascend-vendor"].engine.is_vendor_image
+         and MATRIX.targets["ascend-vendor"].base.image == "quay.io/ascend/vllm-ascend:v0.23.0"
+         and not MATRIX.targets["ascend"].engine.is_vendor_image),
     # ---------------------------------------------------------------- cpu
     Fact("cpu", "vLLM 0.33.0 docker/Dockerfile.cpu: ENV UV_INDEX_STRATEGY=\"unsafe-best-match\"",
          "the native uv install takes the best match across PyPI and PyTorch's index",

@@ -88,6 +88,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser], co
 
 
 def _list(args: argparse.Namespace) -> int:
+    from xcforge.plan.render import vendor_assertions
+
     matrix = load_matrix(args.matrix)
     width = max(len(n) for n in matrix.targets)
     for name, target in matrix.targets.items():
@@ -96,6 +98,11 @@ def _list(args: argparse.Namespace) -> int:
             engine += f" + {target.plugin.name} {target.plugin.version}"
         platforms = ",".join(target.archs)
         print(f"{name:<{width}}  {platforms:<13}  {engine:<40}  {target.description}")
+        if target.vendor_image:
+            asserted = " ".join(
+                f"{n}{v if v[:1] in '=<>!~' else '==' + v}" for n, v in vendor_assertions(matrix, target).items()
+            )
+            print(f"{'':<{width}}    {'mode':<12} {'vendor-image':<14} on {target.base.image}; asserts {asserted}")
         # What the committed lock proves per platform (the first rung of the verification ladder);
         # builds and smoke tests raise it (report.json says how far each image got).
         for platform in target.platforms:

@@ -142,6 +142,28 @@ NoProxy = Annotated[str, _grammar(r"[A-Za-z0-9.,:/*-]*", "a NO_PROXY list (hosts
 OneLine = Annotated[str, _grammar(r"[^\x00-\x1f\x7f]*", "one line of text without control characters")]
 Requirement508 = Annotated[str, AfterValidator(_requirement)]
 PromName = Annotated[str, _grammar(r"[a-zA-Z_:][a-zA-Z0-9_:]*", "a Prometheus metric name")]
+EntryPointGroup = Annotated[str, _grammar(r"[A-Za-z0-9_.-]+", "an entry-point group such as vllm.platform_plugins")]
+
+
+def _version_spec(v: str) -> str:
+    """A bare version (exact) or PEP 440 specifiers joined by ',' (`>=1.29.1`, `>=0.11.2,<0.12`), compared
+    on the public version (a vendor's local label, `+mlu1.8.pt291`, never decides): check-install
+    evaluates it inside the image with the standard library only (xcforge_engine.vendor_stack)."""
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+    text = v if re.match(r"^\s*(==|>=|<=|!=|~=|<|>)", v) else f"=={v}"
+    try:
+        SpecifierSet(text)
+    except InvalidSpecifier:
+        raise ValueError(f"{_shown(v)} is not a version or PEP 440 specifiers, e.g. '2.9.1' or '>=1.29.1'") from None
+    if not re.fullmatch(
+        r"\s*(==|>=|<=|!=|~=|<|>)\s*[0-9][0-9A-Za-z.+*]*(\s*,\s*(==|>=|<=|!=|~=|<|>)\s*[0-9][0-9A-Za-z.+*]*)*\s*", text
+    ):
+        raise ValueError(f"{_shown(v)}: write a version or specifiers with ==, >=, <=, !=, ~=, < or >")
+    return v
+
+
+VersionSpec = Annotated[str, AfterValidator(_version_spec)]
 
 
 class _Frozen(BaseModel):
@@ -283,7 +305,9 @@ class EngineInstall(_Frozen):
     # wheel: pip installs the published wheel; source-empty: vLLM built with
     # VLLM_TARGET_DEVICE=empty so a platform plugin supplies the kernels.
     # llama-server: llama.cpp's OpenAI-compatible server compiled from the sdist (engine.llama_cpp).
-    install: Literal["wheel", "source-empty", "llama-server"]
+    # vendor-image: the base is the vendor's own vLLM-carrying image (targets.<t>.vendor_image): xcforge
+    # installs only its launcher, --no-deps, and asserts the vendor's stack at build time.
+    install: Literal["wheel", "source-empty", "llama-server", "vendor-image"]
     llama_cpp: LlamaCppBuild | None = None
     extra_index_urls: tuple[Url, ...] = ()
     remove_packages: tuple[PackageName, ...] = ()
@@ -326,6 +350,11 @@ class EngineInstall(_Frozen):
     def is_vllm(self) -> bool:
         return self.install != "llama-server"
 
+    @property
+    def is_vendor_image(self) -> bool:
+        """The vendor's image carries the engine and plugin; xcforge asserts them, installs neither."""
+        return self.install == "vendor-image"
+
 
 class VendorOnly(_Frozen):
     """A package of the plugin's closure that no public index serves (triton-ascend on Huawei's index)."""
@@ -340,7 +369,8 @@ class VendorOnly(_Frozen):
 class Plugin(_Frozen):
     name: PackageName
     version: Pep440
-    source: Literal["pypi", "wheelhouse"]
+    # vendor-image: the vendor's image already carries it (engine.install: vendor-image); asserted, not installed.
+    source: Literal["pypi", "wheelhouse", "vendor-image"]
     requires: tuple[Requirement508, ...] = ()
     # Indexes only the plugin's own requirements need (Huawei's for triton-ascend).
     extra_index_urls: tuple[Url, ...] = ()
@@ -374,6 +404,34 @@ class Plugin(_Frozen):
         if self.stack and self.source != "wheelhouse":
             raise ValueError("plugin.stack comes from the vendor's wheelhouse: set plugin.source: wheelhouse")
         return self
+
+
+class VendorFile(_Frozen):
+    """A file whose presence proves a vendor patch (Cambricon's Ray accelerator module for MLU)."""
+
+    # Relative paths are inside the Python environment's site-packages (purelib), absolute ones as written.
+    path: Annotated[str, _grammar(r"(?!.*\.\.)/?[A-Za-z0-9._+-][A-Za-z0-9._+/-]*", "a path without ..")]
+    why: OneLine = Field(min_length=1)
+
+
+class VendorImage(_Frozen):
+    """The vendor's own vLLM-carrying image, the base of an `engine.install: vendor-image` target.
+
+    xcforge rebuilds nothing of its stack: it installs its launcher (--no-deps) into the vendor's Python
+    environment, puts its entrypoint in place of the vendor's, and at build time asserts what the vendor
+    documents (check-install, xcforge_engine/vendor_stack.py). A mismatch fails the build in one line."""
+
+    # Where the vendor publishes it, and how its users get it (a registry, or a tarball to docker load).
+    published: OneLine = Field(min_length=1)
+    # The vendor's own ENTRYPOINT (replaced by xcforge's launcher; recorded in the labels).
+    entrypoint: tuple[OneLine, ...] = ()
+    # name → version or specifiers, compared on the public version (a local label never decides). The
+    # engine (engine.package at its version) and the plugin (plugin.name at its version) are asserted too.
+    provides: dict[PackageName, VersionSpec] = Field(min_length=1)
+    # Entry-point group → the names the vendor's packages must register there (every one the plugin declares).
+    entry_points: dict[EntryPointGroup, tuple[PackageName, ...]] = Field(default_factory=dict)
+    # Vendor patches a file proves.
+    files: tuple[VendorFile, ...] = ()
 
 
 class GroupSpec(_Frozen):
@@ -595,6 +653,8 @@ class Target(_Frozen):
     python: PythonEnv
     engine: EngineInstall
     plugin: Plugin | None = None
+    # engine.install: vendor-image: what the vendor's image carries, asserted at build time.
+    vendor_image: VendorImage | None = None
     # system_packages usually comes from defaults; a target adds its own in extra_system_packages.
     system_packages: tuple[DebPackage, ...] = ()
     extra_system_packages: tuple[DebPackage, ...] = ()
@@ -640,6 +700,25 @@ class Target(_Frozen):
             if not _ENV_NAME_RE.match(key):
                 raise ValueError(f"{_shown(key)} is not an environment variable name")
         return v
+
+    @model_validator(mode="after")
+    def _vendor_image_layout(self) -> Target:
+        vendor = self.engine.is_vendor_image
+        if vendor != (self.vendor_image is not None):
+            raise ValueError("engine.install: vendor-image and vendor_image go together (the vendor's stack to assert)")
+        if vendor:
+            if self.python.create_venv:
+                raise ValueError(
+                    "engine.install: vendor-image needs python.create_venv: false (the launcher goes into the "
+                    "vendor's own Python environment, python.venv)"
+                )
+            if self.plugin and self.plugin.source != "vendor-image":
+                raise ValueError(
+                    "engine.install: vendor-image needs plugin.source: vendor-image (the image carries it)"
+                )
+        elif self.plugin and self.plugin.source == "vendor-image":
+            raise ValueError("plugin.source: vendor-image needs engine.install: vendor-image")
+        return self
 
     @model_validator(mode="after")
     def _native_install_layout(self) -> Target:

@@ -168,6 +168,8 @@ def _vendor_requirements_text(matrix: Matrix, target: Target) -> str | None:
 def lock_sets(matrix: Matrix, target: Target) -> list[LockSet]:
     if not target.engine.is_vllm:
         return []  # a C++ server from its pinned sources: no Python dependency set to lock
+    if target.engine.is_vendor_image:
+        return []  # the vendor's image carries its own set: asserted at build time (vendor_image), not locked
     vendor = _vendor_requirements_text(matrix, target)
     sets = [
         LockSet(target, matrix.engine_version(target), platform, python, vendor_requirements=vendor)
@@ -577,6 +579,8 @@ def check(matrix: Matrix, targets: list[Target]) -> list[Generated]:
     target's deps.json unchanged, stale or missing, as every drift check says it)."""
     results = []
     for target in targets:
+        if target.engine.is_vendor_image:
+            continue  # the vendor's image carries its own set: nothing is locked
         path = deps_path(matrix, target)
         deps = read_deps(matrix, target)
         if deps is None:

@@ -40,6 +40,17 @@ class Placeholder:
     version: str
     requires: tuple[str, ...]
     reason: str
+    # (group, name) entry points it registers, as the vendor's package does (a stand-in of a vendor image:
+    # check-install looks for them). Each points at a function of an empty module this wheel carries, which
+    # returns None: vLLM then activates no platform of it and loads nothing.
+    entry_points: tuple[tuple[str, str], ...] = ()
+    # Top-level packages it must make unimportable (`import ray` raises ImportError saying what it is), where a
+    # stand-in puts files inside the vendor's package tree.
+    blocked_packages: tuple[str, ...] = ()
+
+    @property
+    def stub_module(self) -> str:
+        return f"xcforge_placeholder_{self.dist_name.lower()}"
 
     @property
     def dist_name(self) -> str:
@@ -70,6 +81,7 @@ def wheel_bytes(p: Placeholder) -> bytes:
     info = f"{p.dist_name}-{p.version}.dist-info"
     files = {
         f"{info}/METADATA": _metadata(p).encode(),
+        **_stub_files(p, info),
         f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: xcforge\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
         f"{info}/{MARKER}": f"{p.reason}\n".encode(),
     }
@@ -87,6 +99,27 @@ def wheel_bytes(p: Placeholder) -> bytes:
             entry.compress_type = zipfile.ZIP_DEFLATED
             archive.writestr(entry, data)
     return buffer.getvalue()
+
+
+def _stub_files(p: Placeholder, info: str) -> dict[str, bytes]:
+    """The entry points' empty module and the blocked packages' __init__ (nothing when it has neither)."""
+    files: dict[str, bytes] = {}
+    if p.entry_points:
+        groups: dict[str, list[str]] = {}
+        for group, name in p.entry_points:
+            groups.setdefault(group, []).append(f"{name} = {p.stub_module}:register")
+        text = "".join(f"[{g}]\n" + "".join(f"{line}\n" for line in lines) + "\n" for g, lines in groups.items())
+        files[f"{info}/entry_points.txt"] = text.encode()
+        files[f"{p.stub_module}.py"] = (
+            f'"""{SUMMARY_PREFIX}: empty stand-in for {p.name} {p.version}; its entry points do nothing."""\n\n\n'
+            "def register(*args: object, **kwargs: object) -> None:\n"
+            "    return None\n"
+        ).encode()
+    for package in p.blocked_packages:
+        files[f"{package}/__init__.py"] = (
+            f"raise ImportError({SUMMARY_PREFIX + ': ' + package + ' is not installed in this stand-in'!r})\n"
+        ).encode()
+    return files
 
 
 def write(placeholders: list[Placeholder], out: Path) -> list[Path]:

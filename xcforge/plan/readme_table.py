@@ -8,7 +8,7 @@ from pathlib import Path
 
 from xcforge import generated
 from xcforge.config.matrix import Matrix, Target
-from xcforge.plan import locks
+from xcforge.plan import locks, render
 from xcforge.plan.doc_tables import replace_section
 from xcforge.plan.render import engine_title
 
@@ -29,6 +29,9 @@ def _locks(matrix: Matrix, target: Target) -> str:
     """Per platform, the committed lock's status for the vendor's Python (`deps`)."""
     if target.refused:
         return f"**refused**: {target.refused}"
+    if target.vendor_image:
+        count = len(render.vendor_assertions(matrix, target))
+        return f"vendor image: its own set, {count} packages asserted at build time (no lock)"
     parts = []
     for platform in target.platforms:
         entry = locks.set_status(matrix, target, platform) if target.engine.is_vllm else None
@@ -53,7 +56,8 @@ def table(matrix: Matrix) -> str:
         "|---|---|---|---|---|---|",
     ]
     for t in matrix.targets.values():
-        cells = [f"`{t.name}`", t.hardware, ", ".join(t.platforms), f"`{t.base.image}`", _engine(matrix, t)]
+        base = f"`{t.base.image}`" + (" (the vendor's vLLM image)" if t.vendor_image else "")
+        cells = [f"`{t.name}`", t.hardware, ", ".join(t.platforms), base, _engine(matrix, t)]
         rows.append("| " + " | ".join([*cells, _locks(matrix, t)]) + " |")
     return "\n".join(rows)
 
@@ -63,7 +67,8 @@ def target_list(matrix: Matrix) -> str:
     lines = []
     for t in matrix.targets.values():
         refused = " (refused for now: see [the matrix](#the-matrix))" if t.refused else ""
-        lines.append(f"- `{t.name}` — {t.description}: {_engine(matrix, t)}{refused}")
+        mode = ", built on the vendor's own image, its stack asserted" if t.vendor_image else ""
+        lines.append(f"- `{t.name}` — {t.description}: {_engine(matrix, t)}{mode}{refused}")
     return "\n".join(lines)
 
 

@@ -137,9 +137,29 @@ def labels(matrix: Matrix, target: Target) -> list[tuple[str, str]]:
         (f"{LABEL_PREFIX}.plugin.version", plugin.version if plugin else ""),
         (f"{LABEL_PREFIX}.engine-install", "${ENGINE_INSTALL}"),
         (f"{LABEL_PREFIX}.fingerprint", "${XCFORGE_FINGERPRINT}"),
+        *_vendor_labels(matrix, target),
         # Per platform, how far this build proved the image (xcforge/plan/verification.py).
         (f"{LABEL_PREFIX}.verification", "${XCFORGE_VERIFICATION}"),
     ]
+
+
+def _vendor_labels(matrix: Matrix, target: Target) -> list[tuple[str, str]]:
+    """A vendor-image target says whose stack it carries and what its build asserted of it."""
+    vendor = target.vendor_image
+    if vendor is None:
+        return []
+    asserted = " ".join(f"{name}{_spec(v)}" for name, v in vendor_assertions(matrix, target).items())
+    return [
+        (f"{LABEL_PREFIX}.engine-source", "vendor-image"),
+        (f"{LABEL_PREFIX}.vendor.image", "${BASE_IMAGE}"),
+        (f"{LABEL_PREFIX}.vendor.published", vendor.published),
+        (f"{LABEL_PREFIX}.vendor.entrypoint", " ".join(vendor.entrypoint)),
+        (f"{LABEL_PREFIX}.vendor.asserted", asserted),
+    ]
+
+
+def _spec(value: str) -> str:
+    return value if re.match(r"^\s*(==|>=|<=|!=|~=|<|>)", value) else f"=={value}"
 
 
 def system_packages(target: Target) -> list[str]:
@@ -172,10 +192,36 @@ def resolve_requirements(target: Target) -> list[str]:
     return reqs
 
 
-def install_spec(target: Target) -> str:
+def vendor_assertions(matrix: Matrix, target: Target) -> dict[str, str]:
+    """What a vendor-image build asserts of its base: the engine and the plugin at their versions, then
+    the matrix's `vendor_image.provides` (name → version or specifiers). Empty for other targets."""
+    if target.vendor_image is None:
+        return {}
+    found: dict[str, str] = {str(target.engine.package): matrix.engine_version(target)}
+    if target.plugin:
+        found[target.plugin.name] = target.plugin.version
+    return {**found, **target.vendor_image.provides}
+
+
+def vendor_spec(matrix: Matrix, target: Target) -> dict[str, Any]:
+    vendor = target.vendor_image
+    if vendor is None:
+        return {}
+    return {
+        "published": vendor.published,
+        "entrypoint": list(vendor.entrypoint),
+        "provides": vendor_assertions(matrix, target),
+        "entry_points": {group: list(names) for group, names in vendor.entry_points.items()},
+        "files": [{"path": f.path, "why": f.why} for f in vendor.files],
+    }
+
+
+def install_spec(matrix: Matrix, target: Target) -> str:
     """What check-install needs from the matrix, written into the image as one JSON line."""
     plugin = target.plugin
     spec = {
+        # engine.install: vendor-image: the vendor's stack to assert (xcforge_engine/vendor_stack.py).
+        **({"vendor_image": vendor_spec(matrix, target)} if target.vendor_image else {}),
         "pip_check_allow": [e.match for e in target.engine.pip_check_allow],
         "plugin_entry_point": plugin.entry_point if plugin else "",
         "plugin_reason": plugin.needs_vendor if plugin else "",
@@ -203,7 +249,8 @@ def render_context(matrix: Matrix, target: Target) -> dict[str, Any]:
     return {
         "env_prepend": env_prepend(target),
         "env_scripts": list(target.base.env_scripts),
-        "install_spec": install_spec(target),
+        "install_spec": install_spec(matrix, target),
+        "vendor_assertions": vendor_assertions(matrix, target),
         "resolve_requirements": resolve_requirements(target),
         "t": target,
         "template": template_name(target),

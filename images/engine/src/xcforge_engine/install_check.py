@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any
 
-from xcforge_engine import log
+from xcforge_engine import log, vendor_stack
 from xcforge_engine.errors import InstallCheckFailed
 
 VERIFICATION_JSON = "/etc/xcforge/verification.json"
@@ -275,6 +275,47 @@ def _check_freeze(
         )
 
 
+VENDOR_STACK_JSON = "/etc/xcforge/vendor-stack.json"
+
+
+def _check_vendor_stack(
+    report: InstallReport,
+    spec: Mapping[str, Any],
+    standin: Mapping[str, Any],
+    image: Mapping[str, Any],
+    *,
+    write: bool,
+) -> None:
+    """The vendor's stack against the matrix's vendor_image table; what was found goes into image.json."""
+    seen = vendor_stack.installed()
+    findings = vendor_stack.assert_stack(
+        spec, seen, vendor_stack.registered_entry_points(), vendor_stack.site_dirs(), standin or None
+    )
+    for f in findings:
+        report.add(f"vendor:{f.name}", f.status, f.detail)
+    if standin:
+        report.add("vendor:stand-in", "stand-in", str(standin.get("describes") or "a stand-in of the vendor's image"))
+    found = {
+        "published": spec.get("published"),
+        "entrypoint": spec.get("entrypoint"),
+        "asserted": {str(k): vendor_stack.shown_spec(str(v)) for k, v in (spec.get("provides") or {}).items()},
+        "found": {
+            str(k): (seen.get(vendor_stack.canonical(str(k))) or ("", False))[0] for k in spec.get("provides") or {}
+        },
+        "checks": [{"name": f.name, "status": f.status, "detail": f.detail} for f in findings],
+        "stand_in": bool(standin),
+    }
+    if not write:
+        return  # the smoke test's run (--no-write) of a published image reads, never writes
+    with open(VENDOR_STACK_JSON, "w", encoding="utf-8") as fh:
+        json.dump(found, fh, indent=2, sort_keys=True)
+        fh.write("\n")
+    merged = {**dict(image), "vendor_stack": {k: found[k] for k in ("published", "asserted", "found", "stand_in")}}
+    with open(IMAGE_JSON, "w", encoding="utf-8") as fh:
+        json.dump(merged, fh, sort_keys=True, separators=(",", ":"))
+        fh.write("\n")
+
+
 def _check_general_plugin(report: InstallReport) -> None:
     """vLLM loads our general plugin (AMX permission, xcforge_engine/vllm_plugin.py) in each process."""
     found = {ep.name: ep.value for ep in metadata.entry_points(group="vllm.general_plugins")}
@@ -292,8 +333,13 @@ def run_check(
     # What the build did (xcforge-install-engine) over what the matrix says (install-spec.json).
     install = {**_read_json(INSTALL_SPEC_JSON), **_read_json(INSTALL_JSON)}
     report = InstallReport()
-    deps = install.get("lock_status") or "unlocked"
-    report.level = "deps-resolved" if deps in ("locked", "partial") else "rendered"
+    vendor: dict[str, Any] = install.get("vendor_image") or {}
+    # A stand-in of the vendor's image declares what its public stack carries in place of the vendor's
+    # builds; honoured only where the build itself is a stand-in build (the site skips the vendor's step).
+    standin_build = (image.get("plugin_install") or "full") == "skip"
+    standin = vendor_stack.read_standin_stack() if vendor and standin_build else {}
+    deps = "vendor-image" if vendor else (install.get("lock_status") or "unlocked")
+    report.level = "deps-resolved" if deps in ("locked", "partial", "vendor-image") else "rendered"
 
     if (image.get("engine_install") or "full") == "skip":
         report.add("engine", "skipped", install.get("engine_reason") or "engine install skipped for this platform")
@@ -316,11 +362,14 @@ def run_check(
             report.add("run", "ok" if ok else "failed", f"{found} (from {install.get('sources') or 'its sources'})")
         elif not ok:
             report.add("import", "failed", found)
+        elif vendor:
+            # The vendor's build of vLLM: its version is asserted with the rest of its stack below.
+            report.add("import", "ok", f"vllm {found} imports (python {sys.version.split()[0]}){note}")
         elif _public(found) != _public(expected):
             report.add("import", "failed", f"vllm {found} imported, the matrix says {expected}")
         else:
             report.add("import", "ok", f"vllm {found} imports (python {sys.version.split()[0]}){note}")
-        allowed = install.get("pip_check_allow") or []
+        allowed = [*(install.get("pip_check_allow") or []), *(standin.get("pip_check_allow") or [])]
         # Removed on purpose (remove_packages, with the reason in matrix.yaml) or left out by the site.
         absent = [*(install.get("removed") or []), *(install.get("omitted") or [])]
         unexpected, accepted = pip_check_problems(allowed, absent)
@@ -329,7 +378,10 @@ def run_check(
         else:
             detail = "clean" if not accepted else f"clean but for {len(accepted)} accepted: " + "; ".join(accepted)
             report.add("pip-check", "ok", detail)
-        _check_freeze(report, install, image, expected)
+        if vendor:
+            _check_vendor_stack(report, vendor, standin, image, write=bool(write))
+        else:
+            _check_freeze(report, install, image, expected)
         if not compiled:
             _check_general_plugin(report)
         if not report.failed:
