@@ -15,7 +15,7 @@ from xcforge.config.matrix import is_arch, load_matrix
 from xcforge.config.site import BUILDER_NAME_RE, load_site
 from xcforge.errors import ConfigError
 from xcforge.paths import DIST_DIR
-from xcforge.plan.build_plan import BuildOptions, make_plan, named_contexts_for
+from xcforge.plan.build_plan import BuildOptions, BuildPlan, make_plan, named_contexts_for
 from xcforge.plan.render import render_target
 from xcforge.plan.verification import lock_level, lock_status
 
@@ -125,6 +125,23 @@ def _list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _base_digest_now(plan: BuildPlan) -> str:
+    """What a build would pin the base to, read from the site's registry now (a dry run writes nothing;
+    bases the site does not map are not looked up: public registries may be out of reach)."""
+    if "@sha256:" in plan.base_ref or plan.base_ref == plan.base_original:
+        return "base now:      (not looked up: " + ("pinned)" if "@sha256:" in plan.base_ref else "no site mirror)")
+    from ocicore import registry
+    from ocicore.errors import RegistryError
+
+    try:
+        digest, configs = registry.describe(plan.base_ref, retries=0)
+        # The label every stand-in base carries (xcforge.provision.standin.LABEL_OF).
+        standin = any("io.xcforge.stand-in" in labels for labels in registry.config_labels(configs).values())
+    except RegistryError as exc:
+        return f"base now:      not reachable ({exc.message.split(': ', 1)[-1][:160]})"
+    return f"base now:      {digest}" + (" (a stand-in)" if standin else "") + "; a build pins what it resolves"
+
+
 def _check_dist(dist: Path) -> None:
     if dist.exists() and not dist.is_dir():
         raise ConfigError(f"--dist {dist}: is a file; give the directory archives and reports go into")
@@ -194,6 +211,7 @@ def run_build(args: argparse.Namespace) -> int:
         for plan in plans:
             print(f"# ---- build plan: {plan.target.name}")
             print(plan.describe())
+            print(_base_digest_now(plan))
             print(f"# ---- Dockerfile ({plan.dockerfile}):")
             sys.stdout.write(render_target(matrix, plan.target).text)
         return 0

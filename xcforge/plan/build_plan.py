@@ -101,6 +101,18 @@ class BuildPlan:
     def refs(self) -> tuple[str, ...]:
         return tuple(f"{self.image_repo}:{tag}" for tag in self.tags)
 
+    @property
+    def base_pin(self) -> str:
+        """How the base is pinned: by digest in the pulled reference (matrix base.digest, or a site
+        mirror to REF@sha256:…), else resolved at build time and recorded."""
+        if "@sha256:" in self.base_ref:
+            where = "matrix.yaml base.digest" if self.target.base.digest else "the site's mirror"
+            return f"{self.base_ref.rsplit('@', 1)[1]} (pinned by {where})"
+        return (
+            "not pinned: the build resolves it and records it (label org.opencontainers.image.base.digest, "
+            "report.json); pin it with a site mirror to REF@sha256:<digest> or base.digest in matrix.yaml"
+        )
+
     def describe(self) -> str:
         lines = [
             f"target:        {self.target.name} ({self.target.description})",
@@ -110,6 +122,18 @@ class BuildPlan:
         ]
         if self.base_ref != self.base_original:
             lines.append(f"  pulled as:   {self.base_ref}  (site mirror)")
+        lines.append(f"  digest:      {self.base_pin}")
+        vendor = self.target.vendor_image
+        if vendor:
+            lines.append(
+                "  mode:        vendor-image: the vendor's own vLLM image; xcforge installs only its launcher "
+                f"and replaces its entrypoint ({' '.join(vendor.entrypoint) or 'none'})"
+            )
+            lines.append("  asserts:     " + " ".join(f"{n}{_spec(v)}" for n, v in vendor_assertions_of(self)))
+            for group, names in vendor.entry_points.items():
+                lines.append(f"               entry points {group}: {', '.join(names)}")
+            for f in vendor.files:
+                lines.append(f"               file {f.path} ({f.why})")
         lines += [
             f"engine:        {self.target.engine.package} {self.engine_version}"
             + (f" + {self.target.plugin.name} {self.target.plugin.version}" if self.target.plugin else "")
@@ -132,6 +156,21 @@ class BuildPlan:
         ]
         lines += [f"BLOCKED:       {b}" for b in self.blockers]
         return "\n".join(lines)
+
+
+def vendor_assertions_of(plan: BuildPlan) -> list[tuple[str, str]]:
+    """What check-install asserts of a vendor image (render.vendor_assertions, from the plan's facts)."""
+    target = plan.target
+    if target.vendor_image is None:
+        return []
+    found = {str(target.engine.package): plan.engine_version}
+    if target.plugin:
+        found[target.plugin.name] = target.plugin.version
+    return list({**found, **target.vendor_image.provides}.items())
+
+
+def _spec(value: str) -> str:
+    return value if value[:1] in "=<>!~" else f"=={value}"
 
 
 def _rel(path: Path) -> str:

@@ -34,7 +34,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -293,7 +293,7 @@ def normalize_ref(ref: str) -> str:
     return str(parse_ref(ref))
 
 
-def standin_ref(original_ref: str, registry: str = DEFAULT_REGISTRY) -> str:
+def standin_ref(original_ref: str, registry: str = DEFAULT_REGISTRY, variant: str = "") -> str:
     """The mirrored name of a vendor base's stand-in: '<registry>/standin/<fully qualified ref>'.
 
     A stand-in cannot have the vendor image's digest, so a digest is dropped; a reference pinned only by
@@ -306,6 +306,8 @@ def standin_ref(original_ref: str, registry: str = DEFAULT_REGISTRY) -> str:
     ref = parse_ref(original_ref)
     host = ref.registry.lower().replace(":", "_")
     tag = ref.tag or ref.digest.replace(":", "-")  # type: ignore[union-attr]  # parse_ref: one is set
+    # A test variant of a vendor image's stand-in (a wrong version, a missing entry point) sits beside it.
+    tag = f"{tag}-{variant}" if variant else tag
     return f"{registry}/{STANDIN_NAMESPACE}/{host}/{ref.repository}:{tag}"
 
 
@@ -618,13 +620,15 @@ class StandinStatus:
         return self.state == "up to date"
 
 
-def image_status(original: str, registry: str, recipe_id: str, fingerprint: str | None) -> StandinStatus:
+def image_status(
+    original: str, registry: str, recipe_id: str, fingerprint: str | None, variant: str = ""
+) -> StandinStatus:
     """Whether the registry already holds this stand-in built from the same rootfs.
 
     With no cached rootfs to compare (a fresh cache next to a kept registry), the recipe label decides,
     so checking never has to build a rootfs.
     """
-    target = standin_ref(original, registry)
+    target = standin_ref(original, registry, variant)
     pushed = inspect_registry_image(target)
     if pushed is None:
         return StandinStatus(original, target, "missing")
@@ -641,11 +645,16 @@ def image_status(original: str, registry: str, recipe_id: str, fingerprint: str 
 
 
 def build_standin(
-    original: str, registry: str, rootfs: Sequence[Rootfs], recipe_id: str, layout: Layout | None = None
+    original: str,
+    registry: str,
+    rootfs: Sequence[Rootfs],
+    recipe_id: str,
+    layout: Layout | None = None,
+    variant: str = "",
 ) -> str:
     """Build the multi-arch stand-in for one vendor base and push it; returns the stand-in ref."""
     layout = layout or Layout()
-    target = standin_ref(original, registry)
+    target = standin_ref(original, registry, variant)
     qualified = normalize_ref(original)
     with tempfile.TemporaryDirectory(prefix="xcforge-standin-") as tmp:
         context = Path(tmp)
@@ -804,6 +813,26 @@ def _parser() -> argparse.ArgumentParser:
         help="bootstrap the other architecture's rootfs with mmdebstrap under QEMU (minutes) instead of deriving "
         "it from the native one (seconds)",
     )
+    parser.add_argument(
+        "--vendor-override",
+        action="append",
+        default=[],
+        metavar="NAME=VERSION",
+        help="a vendor image's stand-in: carry NAME at VERSION instead (tests: a wrong vendor version)",
+    )
+    parser.add_argument(
+        "--drop-entry-point",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a vendor image's stand-in: leave this entry point out (tests: a missing entry point)",
+    )
+    parser.add_argument(
+        "--variant",
+        default="",
+        metavar="SUFFIX",
+        help="push under the stand-in's tag + '-SUFFIX' (needed with --vendor-override/--drop-entry-point)",
+    )
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--list", action="store_true", help="print 'original -> stand-in' and exit")
     mode.add_argument("--check", action="store_true", help="report which stand-ins are up to date; build nothing")
@@ -834,9 +863,11 @@ def _refs_from_args(args: argparse.Namespace) -> list[str]:
 
 def _execute(args: argparse.Namespace) -> int:
     refs = _refs_from_args(args)
+    layouts = matrix_layouts(args.matrix or Path("matrix.yaml"))
+    variant = _variant(args, layouts, refs)
     if args.list:
         for ref in refs:
-            print(f"{normalize_ref(ref)} -> {standin_ref(ref, args.registry)}")
+            print(f"{normalize_ref(ref)} -> {standin_ref(ref, args.registry, variant)}")
         return 0
 
     sources = host_sources()
@@ -849,12 +880,15 @@ def _execute(args: argparse.Namespace) -> int:
     cached = _cached(arches, args.cache_dir, sources, derived)
     fingerprint = rootfs_fingerprint(cached) if cached and not args.refresh_rootfs else None
 
-    layouts = matrix_layouts(args.matrix or Path("matrix.yaml"))
-
     def layout_of(ref: str) -> Layout:
-        return layouts.get(normalize_ref(ref), Layout())
+        layout = layouts.get(normalize_ref(ref), Layout())
+        if variant and layout.vendor:
+            overrides = tuple(tuple(o.split("=", 1)) for o in args.vendor_override)
+            vendor = replace(layout.vendor, overrides=overrides, dropped_entry_points=tuple(args.drop_entry_point))
+            layout = replace(layout, vendor=vendor)
+        return layout
 
-    statuses = [image_status(ref, args.registry, recipe_id + layout_of(ref).key, fingerprint) for ref in refs]
+    statuses = [image_status(ref, args.registry, recipe_id + layout_of(ref).key, fingerprint, variant) for ref in refs]
     if args.check:
         for status in statuses:
             print(f"{status.standin}: {status.state}")
@@ -880,10 +914,33 @@ def _execute(args: argparse.Namespace) -> int:
             layout = layout_of(status.original)
             what = f"{n}/{len(todo)} {normalize_ref(status.original)} ({', '.join(PLATFORMS)})"
             with progress.heartbeat(f"building {what}"):
-                build_standin(status.original, args.registry, rootfs, recipe_id + layout.key, layout)
+                build_standin(status.original, args.registry, rootfs, recipe_id + layout.key, layout, variant)
             progress.say(f"pushed {what} in {time.monotonic() - started:.0f} s ({status.state} before)")
     print(f"{len(statuses)} stand-ins ({len(statuses) - len(todo)} up to date, {len(todo)} built) at {args.registry}")
     return 0
+
+
+def _variant(args: argparse.Namespace, layouts: dict[str, Layout], refs: Sequence[str]) -> str:
+    """The variant suffix, checked: its options go with it, and only with a vendor image's stand-in."""
+    changes = bool(args.vendor_override or args.drop_entry_point)
+    if changes != bool(args.variant):
+        raise ConfigError("--vendor-override/--drop-entry-point and --variant SUFFIX go together; give both")
+    if not args.variant:
+        return ""
+    if not re.fullmatch(r"[a-z0-9][a-z0-9.-]{0,30}", args.variant):
+        raise ConfigError(
+            f"--variant {args.variant!r}: write lower-case letters, digits, '.' and '-' (it goes in a tag)"
+        )
+    for override in args.vendor_override:
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*=[0-9][0-9A-Za-z.+]*", override):
+            raise ConfigError(f"--vendor-override {override!r}: write NAME=VERSION, e.g. torch-mlu=1.28.0")
+    plain = [ref for ref in refs if not layouts.get(normalize_ref(ref), Layout()).vendor]
+    if plain:
+        raise ConfigError(
+            f"--variant applies to stand-ins of vendor vLLM images (engine.install: vendor-image); "
+            f"{', '.join(plain)} is not one: pass --target with such a target (mlu, musa, ascend-vendor)"
+        )
+    return str(args.variant)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -118,20 +118,25 @@ def read_standin_stack(path: str = STANDIN_STACK_JSON) -> dict[str, Any]:
     return loaded if isinstance(loaded, dict) else {}
 
 
-def installed() -> dict[str, tuple[str, bool]]:
-    """canonical name → (version, is an xcforge placeholder) of every distribution this Python sees."""
+def _distributions(path: list[str] | None) -> Iterable[metadata.Distribution]:
+    return metadata.distributions(path=path) if path is not None else metadata.distributions()
+
+
+def installed(path: list[str] | None = None) -> dict[str, tuple[str, bool]]:
+    """canonical name → (version, is an xcforge placeholder) of every distribution this Python sees
+    (the first on sys.path wins, as `import` and pip do)."""
     found: dict[str, tuple[str, bool]] = {}
-    for dist in metadata.distributions():
+    for dist in _distributions(path):
         name = dist.metadata["Name"]
         if name and canonical(name) not in found:
             found[canonical(name)] = (dist.version, dist.read_text(PLACEHOLDER_MARKER) is not None)
     return found
 
 
-def registered_entry_points() -> dict[str, set[str]]:
+def registered_entry_points(path: list[str] | None = None) -> dict[str, set[str]]:
     # Per distribution: `metadata.entry_points()` without a group is a deprecated mapping on Python 3.10/3.11.
     groups: dict[str, set[str]] = {}
-    for dist in metadata.distributions():
+    for dist in _distributions(path):
         for ep in dist.entry_points:
             groups.setdefault(ep.group, set()).add(ep.name)
     return groups
