@@ -938,7 +938,7 @@ def _variant(args: argparse.Namespace, layouts: dict[str, Layout], refs: Sequenc
     if plain:
         raise ConfigError(
             f"--variant applies to stand-ins of vendor vLLM images (engine.install: vendor-image); "
-            f"{', '.join(plain)} is not one: pass --target with such a target (mlu, musa, ascend-vendor)"
+            f"{', '.join(plain)} is not one: pass --target with such a target (`--list` shows each mode)"
         )
     return str(args.variant)
 
