@@ -150,3 +150,31 @@ def test_envelopes_verify_only_with_their_key_and_subject(sm2_key, other_sm2_key
         tampered["payload"] = tampered["payload"][:-4] + "AAA="
         bad = StoredAttestation(signer.scheme, SBOM_PREDICATE, json.dumps(tampered).encode(), "here")
         assert not check_attestation(bad, digest, sm2_keys, cosign_keys).valid
+
+
+def test_a_vendor_image_says_whose_stack_and_marks_placeholders():
+    """An image built on the vendor's own vLLM image: the SBOM names the asserted and found stack, and an
+    xcforge placeholder (a stand-in's empty vendor distribution) is never listed as a real package."""
+    record = {
+        "target": "mlu",
+        "engine": "vllm",
+        "vendor_stack": {
+            "published": "Cambricon SDK",
+            "asserted": {"torch-mlu": ">=1.29.1", "vllm": "==0.11.2"},
+            "found": {"torch-mlu": "1.29.1", "vllm": ""},
+            "stand_in": True,
+        },
+    }
+    placeholder = b"Metadata-Version: 2.1\nName: torch-mlu\nVersion: 1.29.1\nSummary: xcforge placeholder: empty\n"
+    files = {
+        "etc/xcforge/image.json": json.dumps(record).encode(),
+        "torch/venv3/pytorch_infer/lib/python3.11/site-packages/torch_mlu-1.29.1.dist-info/METADATA": placeholder,
+    }
+    doc = json.loads(
+        sbom.document(sbom.inventory(files, "linux/amd64"), sbom.Subject("r/x", "sha256:" + "b" * 64, "linux/amd64"))
+    )
+    props = {p["name"]: p["value"] for p in doc["metadata"]["component"]["properties"]}
+    assert props["xcforge:engine-source"] == "vendor-image" and props["xcforge:vendor-stand-in"] == "true"
+    assert props["xcforge:vendor-asserted"] == "torch-mlu>=1.29.1=1.29.1 vllm==0.11.2=absent"
+    (component,) = doc["components"]
+    assert {p["name"]: p["value"] for p in component["properties"]}["xcforge:placeholder"].startswith("stand-in")

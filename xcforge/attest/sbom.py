@@ -47,6 +47,8 @@ _DIST = re.compile(r"^(?P<env>.*?)/(?:lib|lib64)/python[^/]+/(?:site|dist)-packa
 _DEBIAN_DIST = re.compile(r"^(?P<env>usr)/lib/python3/dist-packages/(?P<dist>[^/]+\.(?:dist|egg)-info)(?:/|$)")
 _EGG = re.compile(r"^(?P<env>.*?)/(?:lib|lib64)/python[^/]+/(?:site|dist)-packages/(?P<dist>[^/]+\.egg-info)(?:/|$)")
 _WANTED_IN_DIST = {"METADATA", "RECORD", "PKG-INFO"}
+# xcforge/plan/placeholders.py's SUMMARY_PREFIX: the Summary of every placeholder wheel.
+PLACEHOLDER_SUMMARY = "xcforge placeholder"
 _MAX_FILE = 32 * 1024 * 1024  # a RECORD of a large wheel is a few MiB; nothing we read is bigger
 
 
@@ -159,6 +161,8 @@ class Package:
     arch: str = ""
     licenses: tuple[str, ...] = ()
     files: int | None = None  # Python: entries in RECORD
+    # An xcforge placeholder (empty distribution of a vendor package's name and version, on a stand-in).
+    placeholder: bool = False
 
 
 @dataclass
@@ -256,6 +260,7 @@ def _python_packages(files: Mapping[str, bytes]) -> list[Package]:
                 "/" + where,
                 licenses=(expression,) if expression else (),
                 files=files_count,
+                placeholder=(headers.get("Summary") or "").startswith(PLACEHOLDER_SUMMARY),
             )
         )
     return out
@@ -323,6 +328,9 @@ def document(inv: Inventory, subject: Subject) -> bytes:
             "xcforge:python-environment": package.environment,
             "xcforge:found-at": package.source,
             "xcforge:record-files": "" if package.files is None else str(package.files),
+            "xcforge:placeholder": "stand-in: empty distribution of this name and version"
+            if package.placeholder
+            else "",
         }
         return [Property(name=k, value=v) for k, v in values.items() if v]
 
@@ -353,6 +361,7 @@ def document(inv: Inventory, subject: Subject) -> bytes:
                 for key in ("target", "engine", "engine_version", "plugin", "plugin_version", "build_revision")
                 if inv.image_record.get(key)
             ],
+            *_vendor_properties(inv.image_record),
             *([Property(name="xcforge:os", value=f"{inv.os_id} {inv.os_version}".strip())] if inv.os_id else []),
             Property(name="xcforge:arch", value=arch),
         ],
@@ -373,6 +382,25 @@ def document(inv: Inventory, subject: Subject) -> bytes:
     if error is not None:
         raise ConfigError(f"the SBOM for {subject.repository}@{subject.digest} fails the CycloneDX schema: {error}")
     return (text + "\n").encode("utf-8")
+
+
+def _vendor_properties(record: Mapping[str, Any]) -> list[Any]:
+    """An image built on the vendor's own vLLM image: whose stack it is, what its build asserted and found."""
+    from cyclonedx.model import Property
+
+    stack = record.get("vendor_stack")
+    if not isinstance(stack, dict):
+        return []
+    asserted, found = stack.get("asserted") or {}, stack.get("found") or {}
+    return [
+        Property(name="xcforge:engine-source", value="vendor-image"),
+        Property(name="xcforge:vendor-published", value=str(stack.get("published") or "")),
+        Property(
+            name="xcforge:vendor-asserted",
+            value=" ".join(f"{name}{spec}={found.get(name) or 'absent'}" for name, spec in sorted(asserted.items())),
+        ),
+        Property(name="xcforge:vendor-stand-in", value="true" if stack.get("stand_in") else "false"),
+    ]
 
 
 def _timestamp(created: str) -> datetime:
