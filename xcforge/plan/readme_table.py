@@ -67,7 +67,7 @@ def target_list(matrix: Matrix) -> str:
     lines = []
     for t in matrix.targets.values():
         refused = " (refused for now: see [the matrix](#the-matrix))" if t.refused else ""
-        mode = ", built on the vendor's own image, its stack asserted" if t.vendor_image else ""
+        mode = " (the vendor's image, its stack asserted)" if t.vendor_image else ""
         lines.append(f"- `{t.name}` — {t.description}: {_engine(matrix, t)}{mode}{refused}")
     return "\n".join(lines)
 
