@@ -151,11 +151,8 @@ def pip_check_problems(allowed: list[str], omitted: list[str]) -> tuple[list[str
 
 
 LOCK_TXT = "/etc/xcforge/lock.txt"
-PLACEHOLDER_MARKER = "XCFORGE-PLACEHOLDER"  # xcforge/plan/placeholders.py writes it into each placeholder
-
-
-def _canonical(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
+PLACEHOLDER_MARKER = vendor_stack.PLACEHOLDER_MARKER
+_canonical = vendor_stack.canonical
 
 
 def lock_pins(text: str) -> dict[str, str]:
@@ -168,14 +165,8 @@ def lock_pins(text: str) -> dict[str, str]:
     return found
 
 
-def installed_distributions(path: list[str] | None = None) -> dict[str, tuple[str, bool]]:
-    """name → (version, is an xcforge placeholder) of every distribution this Python sees."""
-    found = {}
-    for dist in metadata.distributions(path=path) if path is not None else metadata.distributions():
-        name = dist.metadata["Name"]
-        if name:
-            found[_canonical(name)] = (dist.version, dist.read_text(PLACEHOLDER_MARKER) is not None)
-    return found
+# name → (version, is an xcforge placeholder) of every distribution this Python sees (the first wins).
+installed_distributions = vendor_stack.installed
 
 
 def freeze_drift(
