@@ -328,7 +328,7 @@ def run_check(
     # A stand-in of the vendor's image declares what its public stack carries in place of the vendor's
     # builds; honoured only where the build itself is a stand-in build (the site skips the vendor's step).
     standin_build = (image.get("plugin_install") or "full") == "skip"
-    standin = vendor_stack.read_standin_stack() if vendor and standin_build else {}
+    standin = _read_json(vendor_stack.STANDIN_STACK_JSON) if vendor and standin_build else {}
     deps = "vendor-image" if vendor else (install.get("lock_status") or "unlocked")
     report.level = "deps-resolved" if deps in ("locked", "partial", "vendor-image") else "rendered"
 

@@ -21,7 +21,6 @@ library only, like the whole launcher.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import sysconfig
@@ -107,15 +106,6 @@ def satisfies(version: str, spec: str) -> bool:
 
 def shown_spec(spec: str) -> str:
     return spec if spec.lstrip().startswith(_OPS) else f"=={spec}"
-
-
-def read_standin_stack(path: str = STANDIN_STACK_JSON) -> dict[str, Any]:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            loaded = json.load(fh)
-    except (OSError, ValueError):
-        return {}
-    return loaded if isinstance(loaded, dict) else {}
 
 
 def _distributions(path: list[str] | None) -> Iterable[metadata.Distribution]:
@@ -226,7 +216,6 @@ __all__ = [
     "assert_stack",
     "canonical",
     "installed",
-    "read_standin_stack",
     "registered_entry_points",
     "satisfies",
     "site_dirs",
