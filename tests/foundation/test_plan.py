@@ -186,3 +186,24 @@ def test_engine_fallback_the_matrix_does_not_declare_is_refused(tmp_path):
         make_plan(MATRIX, MATRIX.targets["cpu"], SiteConfig(engine_fallback=("cpu:linux/amd64",)), BuildOptions())
     with pytest.raises(ConfigError, match="engine_fallback: 'cuda:linux/amd64'"):
         make_plan(MATRIX, MATRIX.targets["cuda"], SiteConfig(engine_fallback=("cuda:linux/amd64",)), BuildOptions())
+
+
+def test_a_site_pins_a_base_by_digest(tmp_path):
+    mlu = MATRIX.targets["mlu"]
+    digest = "sha256:" + "c" * 64
+    site = SiteConfig(mirrors={"*": "harbor.example/mirror"}, base_digests={mlu.base.image: digest})
+    plan = make_plan(MATRIX, mlu, site, BuildOptions())
+    assert plan.base_ref == f"harbor.example/mirror/{mlu.base.image}@{digest}"
+    assert plan.base_pin == f"{digest} (pinned by the site's base_digests)"
+    unpinned = make_plan(MATRIX, mlu, SiteConfig(), BuildOptions())
+    assert unpinned.base_pin.startswith("not pinned: the build resolves it and records it")
+
+
+def test_a_site_digest_for_an_unknown_base_or_a_bad_digest_is_one_line(tmp_path):
+    site_file = tmp_path / "site.yaml"
+    site_file.write_text("base_digests:\n  quay.io/ascend/vllm-ascend:v9.9.9: sha256:" + "d" * 64 + "\n")
+    with pytest.raises(ConfigError, match=r"base_digests: 'quay.io/ascend/vllm-ascend:v9.9.9' is not a base image"):
+        make_plan(MATRIX, MATRIX.targets["mlu"], load_site(site_file), BuildOptions())
+    site_file.write_text("base_digests:\n  quay.io/ascend/vllm-ascend:v0.23.0: latest\n")
+    with pytest.raises(ConfigError, match=r"is not a digest; write sha256:<64 hex digits>"):
+        load_site(site_file)

@@ -71,6 +71,9 @@ class SiteConfig(_Frozen):
     wheelhouse: Path | None = None
     # Default push target (registry host + repository prefix) when --registry is not given.
     registry: str | None = None
+    # Base image (as matrix.yaml names it) → the digest this site pins it to, e.g. a vendor's vLLM image
+    # loaded from a tarball and pushed to the site's registry: FROM pulls the mirrored name @ that digest.
+    base_digests: dict[str, str] = Field(default_factory=dict)
     # Targets (or target:platform) whose vendor engine cannot be installed here, e.g. on stand-in
     # bases without CANN/Neuware: their images are built with ENGINE_INSTALL=skip and say so.
     skip_engine_install: tuple[str, ...] = ()
@@ -98,6 +101,17 @@ class SiteConfig(_Frozen):
             if len(parts) < 2 or parts[1] not in SKIPPABLE_STEPS:
                 raise ValueError(
                     f"{_shown(entry)}: write target:step[:platform] with step one of {', '.join(SKIPPABLE_STEPS)}"
+                )
+        return v
+
+    @field_validator("base_digests")
+    @classmethod
+    def _base_digests(cls, v: dict[str, str]) -> dict[str, str]:
+        for image, digest in v.items():
+            if not re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
+                raise ValueError(
+                    f"{_shown(image)}: {_shown(digest)} is not a digest; write sha256:<64 hex digits> "
+                    f"(`docker buildx imagetools inspect IMAGE` shows it)"
                 )
         return v
 
@@ -156,6 +170,14 @@ class SiteConfig(_Frozen):
         """Every target (and platform) the site names must be in the matrix: a typo would silently
         leave the step in (or the fallback out) and the build would fail far from the cause."""
         where = f"{self.path}: " if self.path else ""
+        bases = sorted({t.base.image for t in matrix.targets.values()})
+        for image in self.base_digests:
+            if image not in bases:
+                raise ConfigError(
+                    f"{where}base_digests: {_shown(image)} is not a base image of {matrix.path}"
+                    f"{_suggest(image, bases)}; write the base exactly as matrix.yaml names it (one of: "
+                    f"{', '.join(bases)})"
+                )
         lists = (("skip_engine_install", 1), ("skip_steps", 2), ("engine_fallback", 1))
         for key, platform_at in lists:
             for index, entry in enumerate(getattr(self, key)):

@@ -106,11 +106,11 @@ class BuildPlan:
         """How the base is pinned: by digest in the pulled reference (matrix base.digest, or a site
         mirror to REF@sha256:…), else resolved at build time and recorded."""
         if "@sha256:" in self.base_ref:
-            where = "matrix.yaml base.digest" if self.target.base.digest else "the site's mirror"
+            where = "the site's base_digests" if self.target.base.image in self.site.base_digests else "base.digest"
             return f"{self.base_ref.rsplit('@', 1)[1]} (pinned by {where})"
         return (
             "not pinned: the build resolves it and records it (label org.opencontainers.image.base.digest, "
-            "report.json); pin it with a site mirror to REF@sha256:<digest> or base.digest in matrix.yaml"
+            "report.json); pin it with base_digests in the site file (or base.digest in matrix.yaml)"
         )
 
     def describe(self) -> str:
@@ -401,9 +401,11 @@ def _output_mode(options: BuildOptions) -> OutputMode:
 
 
 def _base_ref(target: Target, site: SiteConfig) -> str:
-    """The base as FROM pulls it: through the site's mirrors, pinned by digest where the matrix pins one."""
+    """The base as FROM pulls it: through the site's mirrors, pinned by digest where the site (base_digests)
+    or the matrix (base.digest) pins one; the site's pin wins (it holds the copy the site pushed)."""
     base_ref = site.map_image(target.base.image)
-    return f"{base_ref}@{target.base.digest}" if target.base.digest else base_ref
+    digest = site.base_digests.get(target.base.image) or target.base.digest
+    return f"{base_ref}@{digest}" if digest else base_ref
 
 
 def _install_modes(matrix: Matrix, target: Target, site: SiteConfig, platforms: tuple[str, ...]) -> tuple[str, str]:
