@@ -5,6 +5,7 @@ target, a version bump or a refusal shows in the README without a hand edit."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from xcforge import generated
 from xcforge.config.matrix import Matrix, Target
@@ -25,6 +26,15 @@ def _engine(matrix: Matrix, target: Target) -> str:
     return text
 
 
+def _wheelhouse_note(entry: dict[str, Any]) -> str:
+    """`torch 2.13.0+cpu from the wheelhouse /opt/wheels; torchvision/… omitted: only on URL`."""
+    taken = ", ".join(str(pin).replace("==", " ") for pin in entry.get("from_wheelhouse", []))
+    note = f"{taken} from the wheelhouse {entry['wheelhouse']}"
+    if entry.get("omitted"):
+        note += f"; {'/'.join(entry['omitted'])} omitted: only on {', '.join(entry.get('stands_in_for', []))}"
+    return note
+
+
 def _locks(matrix: Matrix, target: Target) -> str:
     """Per platform, the committed lock's status for the vendor's Python (`deps`)."""
     if target.refused:
@@ -35,6 +45,8 @@ def _locks(matrix: Matrix, target: Target) -> str:
         if target.engine.is_vllm:
             status = entry.get("status", "missing") if entry else "missing"
             needs = f" (needs {', '.join(entry['needs'])})" if entry and entry.get("needs") else ""
+            if entry and entry.get("wheelhouse"):
+                needs = f" ({_wheelhouse_note(entry)})"
         else:
             status, needs = ("locked" if locks.engine_sdist_pin(matrix, target) else "missing"), ""
         parts.append(f"{platform.split('/', 1)[1]}: {status}{needs}")
