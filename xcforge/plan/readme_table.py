@@ -20,7 +20,10 @@ END = "<!-- END GENERATED -->"
 
 def _engine(matrix: Matrix, target: Target) -> str:
     package = target.engine.package
-    text = engine_title(matrix, target) + (f" ({package})" if target.engine.is_vllm and package != "vllm" else "")
+    packager = target.engine.packager
+    built_by = f", built by {packager.name}{'' if packager.official else ' (third party)'}" if packager else ""
+    shown = f" ({package}{built_by})" if target.engine.is_vllm and package != "vllm" else ""
+    text = engine_title(matrix, target) + shown
     if target.plugin:
         text += f" + {target.plugin.name} {target.plugin.version}"
     return text
