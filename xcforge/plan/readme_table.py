@@ -48,6 +48,8 @@ def _locks(matrix: Matrix, target: Target) -> str:
         if target.engine.is_vllm:
             status = entry.get("status", "missing") if entry else "missing"
             needs = f" (needs {', '.join(entry['needs'])})" if entry and entry.get("needs") else ""
+            if status == "unverified" and needs:
+                needs = needs[:-1] + "; resolved at build time, versions may float)"
             if entry and entry.get("wheelhouse"):
                 needs = f" ({_wheelhouse_note(entry)})"
         else:
