@@ -44,8 +44,8 @@ class _Probe:
 def fake_resolver(monkeypatch):
     calls: list[dict] = []
 
-    def resolve(lset, requirements, indexes, site, work, *, wheelhouse=None, drop=()):
-        calls.append({"indexes": indexes, "wheelhouse": wheelhouse, "drop": drop})
+    def resolve(lset, requirements, indexes, site, work, *, wheelhouse=None, drop=(), pinned=()):
+        calls.append({"indexes": indexes, "wheelhouse": wheelhouse, "drop": drop, "pinned": pinned})
         if wheelhouse is None:  # without the wheelhouse torch 2.13.0+cpu is nowhere
             return deps._Attempt(False, "Because torch==2.13.0+cpu was not found")
         return deps._Attempt(True, LOCK)
@@ -76,6 +76,19 @@ def test_a_wheelhouse_stands_in_for_the_unreachable_index_and_the_lock_says_so(t
         f"torch 2.13.0+cpu from the wheelhouse {tmp_path}; torchvision/torchaudio/torchcodec omitted: only on "
         f"{TORCH_INDEX}"
     )
+
+
+def test_index_only_builds_the_wheelhouse_holds_are_pinned_to_them_not_left_out(tmp_path, fake_resolver):
+    for name in (
+        "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl",
+        "torchvision-0.28.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl",
+        "torchaudio-2.13.0+cpu-cp311-cp311-manylinux_2_28_aarch64.whl",  # another platform's: no use here
+    ):
+        (tmp_path / name).write_bytes(b"")
+    result = deps.resolve_set(_amd64_set(), SiteConfig(), _Probe(), wheelhouse=tmp_path)  # type: ignore[arg-type]
+    assert fake_resolver[-1]["pinned"] == ("torchvision==0.28.0+cpu",)
+    assert fake_resolver[-1]["drop"] == ("torchaudio", "torchcodec")
+    assert result.omitted == ["torchaudio", "torchcodec"]
 
 
 def test_without_a_wheelhouse_the_set_stays_unverified(fake_resolver):

@@ -399,6 +399,17 @@ def pip_wheelhouse() -> Path | None:
     return None
 
 
+def _wheelhouse_versions(wheelhouse: Path, arch: str) -> dict[str, str]:
+    """name (canonical) → version of the wheels in the wheelhouse that fit `arch` (or any platform)."""
+    machine = _MANYLINUX_ARCH[arch]
+    found: dict[str, str] = {}
+    for wheel in sorted(wheelhouse.glob("*.whl")):
+        parts = wheel.name[: -len(".whl")].split("-")
+        if len(parts) >= 5 and (machine in parts[-1] or parts[-1] == "any"):
+            found[canonicalize_name(parts[0])] = parts[1]
+    return found
+
+
 def _wheel_pins(wheelhouse: Path, pinned: dict[str, str]) -> list[str]:
     """`name==version` of the lock's pins whose wheel lies in the wheelhouse."""
     found = []
@@ -440,6 +451,7 @@ def _resolve(
     *,
     wheelhouse: Path | None = None,
     drop: tuple[str, ...] = (),
+    pinned: tuple[str, ...] = (),
 ) -> _Attempt:
     t = lset.target
     (work / "requirements.in").write_text("\n".join(requirements) + "\n")
@@ -458,7 +470,7 @@ def _resolve(
     )
     (work / "uv.toml").write_text(config)
     provided = [f"{name}=={version}" for name, version in t.base.provides.items()]
-    (work / "constraints.txt").write_text("\n".join([*provided, *t.engine.constraints]) + "\n")
+    (work / "constraints.txt").write_text("\n".join([*provided, *t.engine.constraints, *pinned]) + "\n")
     # Vendor-only packages resolve through empty placeholders of the same name and version (their
     # declared requirements are resolved for real) and are left out of the lock.
     vendor_only = placeholders.vendor_only(t)
@@ -597,16 +609,27 @@ def _resolve_set(lset: LockSet, site: SiteConfig, probe: IndexProbe, wheelhouse:
         stand_in = wheelhouse or site.wheelhouse
         if engine_missing and stand_in and not t.plugin:
             # The wheelhouse holds what the unreachable index would serve (torch 2.13.0+cpu): lock from
-            # it, leaving out the index-only packages it lacks; the lock and deps.json say so.
+            # it. Index-only packages it holds for this platform are pinned to its builds (never PyPI's);
+            # those it lacks are left out. The lock and deps.json say which.
+            held = _wheelhouse_versions(stand_in, lset.arch)
+            present = tuple(n for n in t.engine.index_only if canonicalize_name(n) in held)
+            absent = tuple(n for n in t.engine.index_only if n not in present)
             attempt = _resolve(
-                lset, engine_reqs, reachable_engine, site, work, wheelhouse=stand_in, drop=t.engine.index_only
+                lset,
+                engine_reqs,
+                reachable_engine,
+                site,
+                work,
+                wheelhouse=stand_in,
+                drop=absent,
+                pinned=tuple(f"{n}=={held[canonicalize_name(n)]}" for n in present),
             )
             if attempt.ok:
                 result.engine = "locked"
                 result.wheelhouse = str(stand_in)
                 result.from_wheelhouse = _wheel_pins(stand_in, pins(attempt.text))
                 result.stands_in_for = engine_missing
-                result.omitted = list(t.engine.index_only)
+                result.omitted = list(absent)
                 return _finish(result, "locked", attempt.text, [])
         if engine_missing:
             result.engine = f"unverified: needs {', '.join(engine_missing)}"
