@@ -131,6 +131,11 @@ def test_the_dockerfile_labels_each_platform_in_its_own_stage_and_checks_the_ins
         assert f'io.xcforge.engine.version="${{ENGINE_VERSION_{arch.upper()}}}"' in stage
         assert f'io.xcforge.unavailable="${{UNAVAILABLE_{arch.upper()}}}"' in stage
     assert text.rstrip().endswith("FROM runtime-${TARGETARCH} AS image")
+    # A bare `docker buildx bake cpu` (the matrix's indexes, no xcforge args) labels what the committed
+    # locks leave out: amd64's lock was made without the index-only packages, arm64 resolves them then.
+    amd64 = render.unavailable_statement(CPU, locks.lock_omitted(MATRIX, CPU, "linux/amd64"))
+    assert amd64.startswith("vision/audio inputs unavailable") and f'ARG UNAVAILABLE_AMD64="{amd64}"' in text
+    assert 'ARG UNAVAILABLE_ARM64=""' in text
     assert "labels would say '$labelled' but its install carries" in text
     # Targets whose platforms carry the same thing keep one LABEL list.
     assert "FROM runtime AS runtime-" not in (REPO / "images/feiteng/Dockerfile").read_text()

@@ -19,6 +19,7 @@ from xcforge import generated
 from xcforge.config.matrix import Matrix, Target
 from xcforge.errors import RenderError
 from xcforge.generated import Generated
+from xcforge.plan import locks
 
 if TYPE_CHECKING:
     import jinja2
@@ -268,6 +269,12 @@ def render_context(matrix: Matrix, target: Target) -> dict[str, Any]:
         "env": sorted(target.env.items()),
         "labels": labels(matrix, target),
         "platform_labels": platform_labels(target),
+        # What a bare `docker buildx bake` of the committed file leaves out per platform (the matrix's
+        # own indexes; the committed lock's omissions): the ARG defaults the image-facts step checks.
+        "unavailable_defaults": {
+            arch: unavailable_statement(target, locks.lock_omitted(matrix, target, f"linux/{arch}"))
+            for arch in platform_labels(target)
+        },
         "unavailable_head": target.engine.index_only_impact or "inputs unavailable",
         "unavailable_why": f"{index_only_reason(target)}, which this build did not reach",
         "facts_keys": _facts(target)[0],
