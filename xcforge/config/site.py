@@ -15,6 +15,7 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from ocicore.digest import is_sha256
 from xcforge.config.matrix import EnvName, HostName, Matrix, NoProxy, Url, _format_errors, _shown, _suggest
 from xcforge.config.yaml_source import load_yaml
 from xcforge.errors import ConfigError
@@ -108,7 +109,7 @@ class SiteConfig(_Frozen):
     @classmethod
     def _base_digests(cls, v: dict[str, str]) -> dict[str, str]:
         for image, digest in v.items():
-            if not re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
+            if not is_sha256(digest):
                 raise ValueError(
                     f"{_shown(image)}: {_shown(digest)} is not a digest; write sha256:<64 hex digits> "
                     f"(`docker buildx imagetools inspect IMAGE` shows it)"

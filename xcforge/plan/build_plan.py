@@ -21,6 +21,7 @@ from xcforge.config.matrix import Matrix, Target
 from xcforge.config.site import REGISTRY_PREFIX_RE, SiteConfig
 from xcforge.errors import ConfigError
 from xcforge.paths import DIST_DIR, REPO_ROOT
+from xcforge.plan import locks, render
 from xcforge.plan.verification import PlatformVerification, label_value, planned
 
 
@@ -319,6 +320,7 @@ def make_plan(matrix: Matrix, target: Target, site: SiteConfig, options: BuildOp
         fallback=fallback,
         revision=revision,
     )
+    build_args |= _platform_label_args(matrix, target, platforms, install_mode, omitted, fallback)
     wheelhouse = _wheelhouse(site, options)
     blockers = _blockers(matrix, target, wheelhouse, plugin_mode)
     verification = planned(
@@ -454,6 +456,39 @@ def _build_args(
     if target.vendor_system_packages or target.engine.kernel_wheels:
         build_args["VENDOR_PACKAGES"] = step_mode(site.skipped(target.name, "vendor-packages"), platforms)
     return build_args | _site_build_args(site)
+
+
+def _platform_label_args(
+    matrix: Matrix,
+    target: Target,
+    platforms: tuple[str, ...],
+    install_mode: str,
+    omitted: tuple[str, ...],
+    fallback: tuple[str, ...],
+) -> dict[str, str]:
+    """ENGINE_VERSION_<ARCH> / UNAVAILABLE_<ARCH>: what each platform's own labels say it carries, from
+    the same decisions its install takes (engine.fallback, the site's and the lock's left-out packages);
+    the image-facts step compares them with what the install recorded and fails the build on a mismatch."""
+    arches = render.platform_labels(target)
+    if not arches:
+        return {}
+    matrix_version = matrix.engine_version(target)
+    args: dict[str, str] = {}
+    for platform in platforms:
+        arch = platform.split("/", 1)[1]
+        if arch not in arches:
+            continue
+        skipped = install_mode in ("skip", f"skip-{arch}")
+        version = matrix_version
+        left_out: tuple[str, ...] = ()
+        if not skipped and platform in fallback and target.engine.fallback:
+            version = target.engine.fallback.version
+            left_out = omitted
+        elif not skipped:
+            left_out = tuple(dict.fromkeys((*omitted, *locks.lock_omitted(matrix, target, platform))))
+        args[f"ENGINE_VERSION_{arch.upper()}"] = version
+        args[f"UNAVAILABLE_{arch.upper()}"] = render.unavailable_statement(target, left_out)
+    return args
 
 
 def _fallback_arg(target: Target, fallback: tuple[str, ...]) -> str:

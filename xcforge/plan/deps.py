@@ -200,6 +200,12 @@ class SetResult:
     # The plugin's own requirements as resolved (the placeholder a stand-in installs declares them).
     plugin_requires: list[str] = field(default_factory=list)
     plugin_sdist_sha256: str | None = None  # a public plugin's sdist, read for its requirements
+    # Locked from a wheelhouse that stands in for an unreachable engine index: the wheelhouse, the pins
+    # taken from it, the index(es) it stands in for, and the index-only packages left out.
+    wheelhouse: str = ""
+    from_wheelhouse: list[str] = field(default_factory=list)
+    stands_in_for: list[str] = field(default_factory=list)
+    omitted: list[str] = field(default_factory=list)
 
     def summary(self) -> dict[str, Any]:
         s = self.set
@@ -226,7 +232,27 @@ class SetResult:
                 else {}
             )
             | ({"refused": self.message} if self.status == "refused" else {})
+            | (
+                {
+                    "wheelhouse": self.wheelhouse,
+                    "from_wheelhouse": self.from_wheelhouse,
+                    "stands_in_for": self.stands_in_for,
+                    "omitted": self.omitted,
+                }
+                if self.wheelhouse
+                else {}
+            )
         )
+
+    @property
+    def note(self) -> str:
+        """What a wheelhouse lock took from where, for its header and the README table."""
+        if not self.wheelhouse:
+            return ""
+        text = f"{', '.join(self.from_wheelhouse)} from the wheelhouse {self.wheelhouse}"
+        if self.omitted:
+            text += f"; {'/'.join(self.omitted)} omitted: only on {', '.join(self.stands_in_for)}"
+        return text
 
 
 # --------------------------------------------------------------------------- index access
@@ -356,6 +382,48 @@ def requirements_from_file(text: str, origin: str) -> list[str]:
     return found
 
 
+def pip_wheelhouse() -> Path | None:
+    """This machine's wheelhouse as pip is configured to use it (`find-links`: $PIP_FIND_LINKS, else
+    `pip config`), when it is a local directory; deps locks from it what an unreachable index serves."""
+    value = os.environ.get("PIP_FIND_LINKS", "").strip()
+    if not value:
+        proc = subprocess.run(
+            [sys.executable, "-m", "pip", "config", "get", "global.find-links"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        value = proc.stdout.strip() if proc.returncode == 0 else ""
+    for item in value.split():
+        path = Path(item.removeprefix("file://"))
+        if path.is_dir():
+            return path
+    return None
+
+
+def _wheelhouse_versions(wheelhouse: Path, arch: str) -> dict[str, str]:
+    """name (canonical) → version of the wheels in the wheelhouse that fit `arch` (or any platform)."""
+    machine = _MANYLINUX_ARCH[arch]
+    found: dict[str, str] = {}
+    for wheel in sorted(wheelhouse.glob("*.whl")):
+        parts = wheel.name[: -len(".whl")].split("-")
+        if len(parts) >= 5 and (machine in parts[-1] or parts[-1] == "any"):
+            found[canonicalize_name(parts[0])] = parts[1]
+    return found
+
+
+def _wheel_pins(wheelhouse: Path, pinned: dict[str, str]) -> list[str]:
+    """`name==version` of the lock's pins whose wheel lies in the wheelhouse."""
+    found = []
+    for wheel in sorted(wheelhouse.glob("*.whl")):
+        name, _, rest = wheel.name.partition("-")
+        version = rest.split("-", 1)[0]
+        canonical = canonicalize_name(name)
+        if pinned.get(canonical) == version:
+            found.append(f"{canonical}=={version}")
+    return found
+
+
 # --------------------------------------------------------------------------- resolution
 
 
@@ -376,11 +444,21 @@ class _Attempt:
     text: str  # the lock (uv's output) or the resolver's reason
 
 
-def _resolve(lset: LockSet, requirements: list[str], indexes: list[str], site: SiteConfig, work: Path) -> _Attempt:
+def _resolve(
+    lset: LockSet,
+    requirements: list[str],
+    indexes: list[str],
+    site: SiteConfig,
+    work: Path,
+    *,
+    wheelhouse: Path | None = None,
+    drop: tuple[str, ...] = (),
+    pinned: tuple[str, ...] = (),
+) -> _Attempt:
     t = lset.target
     (work / "requirements.in").write_text("\n".join(requirements) + "\n")
     # A removed package (triton on CPU) is dropped from the graph, not installed and then deleted.
-    overrides = [f"{name} ; sys_platform == 'never'" for name in lset.dropped]
+    overrides = [f"{name} ; sys_platform == 'never'" for name in dict.fromkeys((*lset.dropped, *drop))]
     # The plugin's vendor stack (the vendor's torch, ...) is on the vendor's index only: it is installed
     # from the wheelhouse before the engine, so it is dropped from the graph like a removed package.
     if t.plugin:
@@ -394,7 +472,7 @@ def _resolve(lset: LockSet, requirements: list[str], indexes: list[str], site: S
     )
     (work / "uv.toml").write_text(config)
     provided = [f"{name}=={version}" for name, version in t.base.provides.items()]
-    (work / "constraints.txt").write_text("\n".join([*provided, *t.engine.constraints]) + "\n")
+    (work / "constraints.txt").write_text("\n".join([*provided, *t.engine.constraints, *pinned]) + "\n")
     # Vendor-only packages resolve through empty placeholders of the same name and version (their
     # declared requirements are resolved for real) and are left out of the lock.
     vendor_only = placeholders.vendor_only(t)
@@ -414,8 +492,8 @@ def _resolve(lset: LockSet, requirements: list[str], indexes: list[str], site: S
         argv += ["--extra-index-url", url]
     if t.engine.resolve_as_of:
         argv += ["--exclude-newer", t.engine.resolve_as_of]
-    if site.wheelhouse:
-        argv += ["--find-links", str(site.wheelhouse)]
+    for found in dict.fromkeys(p for p in (site.wheelhouse, wheelhouse) if p):
+        argv += ["--find-links", str(found)]
     if vendor_only:
         argv += ["--find-links", str(work / "placeholders")]
     for name in [*t.provided, *(p.name for p in vendor_only)]:
@@ -474,10 +552,11 @@ def plugin_requirements(lset: LockSet, site: SiteConfig, index: str) -> tuple[li
     return [f"{plugin.name}=={plugin.version}"], None
 
 
-def resolve_set(lset: LockSet, site: SiteConfig, probe: IndexProbe) -> SetResult:
+def resolve_set(lset: LockSet, site: SiteConfig, probe: IndexProbe, wheelhouse: Path | None = None) -> SetResult:
     """The set's lock, or why there is none. A refused target is resolved too (its engine and plugin
-    fields show what the vendor's set does), but its status is `refused` and no lock is written."""
-    result = _resolve_set(lset, site, probe)
+    fields show what the vendor's set does), but its status is `refused` and no lock is written.
+    `wheelhouse` (this machine's, e.g. pip's find-links) may stand in for an unreachable engine index."""
+    result = _resolve_set(lset, site, probe, wheelhouse)
     refused = lset.target.refused
     if refused:
         # (what the resolution found stays in the set's engine/plugin fields)
@@ -485,7 +564,7 @@ def resolve_set(lset: LockSet, site: SiteConfig, probe: IndexProbe) -> SetResult
     return result
 
 
-def _resolve_set(lset: LockSet, site: SiteConfig, probe: IndexProbe) -> SetResult:
+def _resolve_set(lset: LockSet, site: SiteConfig, probe: IndexProbe, wheelhouse: Path | None) -> SetResult:
     t = lset.target
     index = index_of(site)
     if not probe.reachable(index):
@@ -529,6 +608,31 @@ def _resolve_set(lset: LockSet, site: SiteConfig, probe: IndexProbe) -> SetResul
             needs = [u for u in unreachable if u in plugin_indexes]
             return _finish(result, "partial" if t.plugin else "locked", engine.text, needs)
         engine_missing = [u for u in engine_indexes if u in unreachable]
+        stand_in = wheelhouse or site.wheelhouse
+        if engine_missing and stand_in and not t.plugin:
+            # The wheelhouse holds what the unreachable index would serve (torch 2.13.0+cpu): lock from
+            # it. Index-only packages it holds for this platform are pinned to its builds (never PyPI's);
+            # those it lacks are left out. The lock and deps.json say which.
+            held = _wheelhouse_versions(stand_in, lset.arch)
+            present = tuple(n for n in t.engine.index_only if canonicalize_name(n) in held)
+            absent = tuple(n for n in t.engine.index_only if n not in present)
+            attempt = _resolve(
+                lset,
+                engine_reqs,
+                reachable_engine,
+                site,
+                work,
+                wheelhouse=stand_in,
+                drop=absent,
+                pinned=tuple(f"{n}=={held[canonicalize_name(n)]}" for n in present),
+            )
+            if attempt.ok:
+                result.engine = "locked"
+                result.wheelhouse = str(stand_in)
+                result.from_wheelhouse = _wheel_pins(stand_in, pins(attempt.text))
+                result.stands_in_for = engine_missing
+                result.omitted = list(absent)
+                return _finish(result, "locked", attempt.text, [])
         if engine_missing:
             result.engine = f"unverified: needs {', '.join(engine_missing)}"
             result.needs = engine_missing + [u for u in unreachable if u not in engine_missing]
@@ -565,7 +669,15 @@ def _finish(result: SetResult, status: str, text: str, needs: list[str]) -> SetR
     ]
     if result.plugin and result.plugin != "locked" and s.target.plugin:  # (a plugin status: the target has one)
         header.append(f"# xcforge-not-locked: {s.target.plugin.name} {s.target.plugin.version} ({result.plugin})")
-    indexes = sorted({m.group(1) for m in re.finditer(r"#\s+from (\S+)", text)})
+    if result.wheelhouse:
+        header.append(
+            f"# xcforge-wheelhouse: {' '.join(result.from_wheelhouse)} from {result.wheelhouse} "
+            f"(stands in for {' '.join(result.stands_in_for)}, unreachable when this lock was made)"
+        )
+        if result.omitted:
+            header.append(f"# xcforge-omitted: {' '.join(result.omitted)} (only on {' '.join(result.stands_in_for)})")
+    # The index a wheelhouse stood in for stays usable: a build that reaches it gets the same files.
+    indexes = sorted({m.group(1) for m in re.finditer(r"#\s+from (\S+)", text)} | set(result.stands_in_for))
     header.append(f"# xcforge-indexes: {' '.join(indexes) or '-'}")
     result.lock_text = "\n".join(header) + "\n" + text
     return result
@@ -696,6 +808,8 @@ def format_line(r: SetResult) -> str:
         line += f"  (engine.fallback {s.engine_version}: PyPI only)"
     if r.engine and r.engine != "locked":
         line += f"\n{'':27}engine: {r.engine}"
+    if r.note:
+        line += f"\n{'':27}{r.note}"
     if r.plugin and r.plugin != "locked":
         line += f"\n{'':27}plugin: {r.plugin}"
     if r.status == "refused":

