@@ -899,6 +899,43 @@ CLI_CASES = [
     Case("build-sm2-key-dir", [*PUSHED, "--sm2-key", "{f}/adir"], 2, "adir: not a file"),
     Case("build-cosign-key-missing", [*PUSHED, "--cosign-key", "{w}/none.key"], 2, "none.key: no such file"),
     Case("build-cosign-key-dir", [*PUSHED, "--cosign-key", "{f}/adir"], 2, "adir: not a file"),
+    # Issue 33: every signing option is resolved before the build (the docker twin of these, against
+    # the real registry: tests/builds/test_sign_options_docker.py).
+    Case("build-sign-no-key", PUSHED, 2, "--sign needs --sm2-key and/or --cosign-key"),
+    Case(
+        "build-sign-wrong-password",
+        [*PUSHED, "--sm2-key", "{f}/sm2-locked.key"],
+        7,
+        "sm2-locked.key: wrong password",
+        env={"XCFORGE_SM2_PASSWORD": "wrong"},
+    ),
+    Case(
+        "build-sign-env-key-is-a-path",
+        PUSHED,
+        7,
+        "$XCFORGE_SM2_KEY holds a path",
+        env={"XCFORGE_SM2_KEY": "{f}/sm2-plain.key"},
+    ),
+    Case("build-sign-cosign-key-not-pem", [*PUSHED, "--cosign-key", "{f}/notpem"], 7, "notpem"),
+    Case(
+        "build-sign-keyless-no-oidc-token",
+        [*PUSHED, "--keyless"],
+        2,
+        "give the job `permissions: id-token: write`",
+        env={"GITHUB_ACTIONS": "true"},
+    ),
+    Case(
+        "build-keyless-without-sign",
+        [*B, "--target", "cpu", "--push", "--registry", "127.0.0.1:5000/x", "--keyless"],
+        2,
+        "--keyless is for signing: add --sign (with --push), or drop --keyless",
+    ),
+    Case(
+        "build-sm2-key-without-sign",
+        [*B, "--target", "cpu", "--push", "--registry", "127.0.0.1:5000/x", "--sm2-key", "{f}/sm2-plain.key"],
+        2,
+        "--sm2-key is for signing: add --sign",
+    ),
     Case("build-unknown-flag", [*B, "--target", "cpu", "--tagret", "x"], 2, "unrecognized arguments: --tagret"),
     Case(
         "build-matrix-dir-default",

@@ -61,16 +61,13 @@ REGISTRY_RETRIES = 3
 
 @dataclass(frozen=True)
 class BuildRequest:
+    """What the bake needs and nothing more: the later stages' options (zstd, sign, smoke) are
+    their own (publish/options.py, sign/options.py, smoke/options.py), resolved before this runs."""
+
     matrix: Matrix
     plans: list[BuildPlan]
     options: BuildOptions
     keep_going: bool = False
-    smoke: bool = False
-    sign: bool = False
-    sm2_key: Path | None = None
-    cosign_key: Path | None = None
-    keyless: bool = False
-    zstd: bool = False  # --zstd: also publish the `<tag>-zstd` variant (xcforge/publish/zstd.py)
     builder: str | None = None  # --builder: every platform on this buildx builder
 
     def builders_for(self, plan: BuildPlan) -> dict[str, str | None]:
