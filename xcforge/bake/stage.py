@@ -710,7 +710,10 @@ def merge_digests(matrix: Matrix, plan: BuildPlan, digests: list[str]) -> BuildR
     """Split CI mode, second half: assemble the index from per-platform digests, then tag it."""
     for digest in digests:
         if not is_sha256(digest):
-            raise ConfigError(f"--digest {digest!r} is not a digest (sha256:<64 hex>)")
+            raise ConfigError(
+                f"--digest {digest!r} is not a digest (sha256:<64 hex>); pass each platform's digest as "
+                "`build --push-by-digest` printed it"
+            )
     started = time.monotonic()
     sources = [f"{plan.image_repo}@{d}" for d in digests]
     _attach_tags(plan, digests[0], sources=sources, matrix=matrix)

@@ -140,7 +140,10 @@ def _check_wheelhouse(path: Path | None) -> None:
 
 def _options(args: argparse.Namespace) -> BuildOptions:
     if args.builder is not None and not BUILDER_NAME_RE.fullmatch(args.builder):
-        raise ConfigError(f"--builder {args.builder!r}: not a buildx builder name (letters, digits, . _ -)")
+        raise ConfigError(
+            f"--builder {args.builder!r}: not a buildx builder name (letters, digits, . _ -); "
+            "give a name `docker buildx ls` lists"
+        )
     _check_dist(args.dist)
     if args.push and args.push_by_digest:
         raise ConfigError(

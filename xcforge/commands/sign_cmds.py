@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,7 +23,7 @@ from xcforge.sign import keys
 
 if TYPE_CHECKING:  # each command imports what it uses when it runs
     from ocicore.registry import Reference
-    from signing.audit import AuditLog
+    from signing.audit import AuditHead, AuditLog
     from xcforge.bake.result import BuildResult
     from xcforge.sign.options import SigningKeys
 
@@ -230,7 +231,9 @@ def run_keygen(args: argparse.Namespace) -> int:
     try:
         args.out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise ConfigError(f"keygen --out {args.out}: cannot create it ({exc.strerror or exc})") from None
+        raise ConfigError(
+            f"keygen --out {args.out}: cannot create it ({exc.strerror or exc}); give a directory you can write to"
+        ) from None
     made = []
     written: list[Path] = []
     try:
@@ -265,7 +268,7 @@ def _annotations(pairs: list[str]) -> dict[str, str]:
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            raise ConfigError(f"annotation {pair!r} is not KEY=VALUE")
+            raise ConfigError(f"annotation {pair!r} is not KEY=VALUE; write it like -a release=2026.12")
         out[key] = value
     return out
 
@@ -423,7 +426,10 @@ def _verify_one(args: argparse.Namespace, image: str, archive: Path | None, *, a
 
     ref = Reference.parse(image)
     if archive is not None and ref.digest is None:
-        raise ConfigError("verify --archive needs IMAGE@DIGEST (the name and digest the archive was signed for)")
+        raise ConfigError(
+            "verify --archive needs IMAGE@DIGEST (the name and digest the archive was signed for); "
+            "pass it before --archive"
+        )
     if ref.digest is None:
         # A tag can move between this check and the pull: what was verified must be what runs.
         raise ConfigError(
@@ -487,9 +493,25 @@ def run_promote(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_audit_verify(args: argparse.Namespace) -> int:
-    from signing.audit import DEFAULT_AUDIT_LOG, AuditHead, AuditLog, verify_audit_log
+def _expected_head(text: str | None) -> AuditHead | None:
+    """--expect-head COUNT:HASH, as `audit verify` prints the head (HASH: 64 lower-case hex digits)."""
+    from signing.audit import AuditHead
 
+    if text is None:
+        return None
+    if not re.fullmatch(r"[0-9]+:[0-9a-f]{64}", text):
+        raise ConfigError(
+            f"--expect-head {text[:80]!r}: not COUNT:HASH; pass the head an earlier `audit verify` printed "
+            "(`head 42:<64 hex digits>`), as recorded in the CI report"
+        )
+    count, _, last_hash = text.partition(":")
+    return AuditHead(int(count), last_hash)
+
+
+def run_audit_verify(args: argparse.Namespace) -> int:
+    from signing.audit import DEFAULT_AUDIT_LOG, AuditLog, verify_audit_log
+
+    expected = _expected_head(args.expect_head)  # a malformed flag is bad input (2), whatever the log
     path = args.path or Path(os.environ.get(AUDIT_ENV, DEFAULT_AUDIT_LOG))
     if path.is_dir():
         raise ConfigError(f"audit verify {path}: is a directory; give the audit log file (or ${AUDIT_ENV})")
@@ -500,12 +522,6 @@ def run_audit_verify(args: argparse.Namespace) -> int:
             f"(`audit verify PATH` or ${AUDIT_ENV}, default {DEFAULT_AUDIT_LOG}), or restore it from a backup "
             "or an `audit export` archive if it was deleted"
         )
-    expected = None
-    if args.expect_head:
-        count, sep, last_hash = args.expect_head.partition(":")
-        if not sep or not count.isdigit():
-            raise ConfigError("--expect-head takes COUNT:HASH")
-        expected = AuditHead(int(count), last_hash)
     public = keys.public_keys([args.sm2_key], keys.SM2_KEY_ENV, "sm2")[0] if args.sm2_key else None
     result = verify_audit_log(path, expected_head=expected, sm2_public=public)
     if not result.ok:
@@ -538,7 +554,9 @@ def run_audit_action(args: argparse.Namespace) -> int:
     if args.audit_action == "checkpoint":
         key = keys.load_sm2_signing_key(args.sm2_key)
         if key is None:
-            raise ConfigError(f"audit checkpoint needs an SM2 private key: --sm2-key FILE or ${keys.SM2_KEY_ENV}")
+            raise ConfigError(
+                f"audit checkpoint needs an SM2 private key; pass --sm2-key FILE or set ${keys.SM2_KEY_ENV}"
+            )
         entry = log.checkpoint(key)
         print(f"checkpoint at entry {entry['seq']}: head {entry['prev']} signed by SM2 key {key.public_key.short_id}")
     elif args.audit_action == "rotate":

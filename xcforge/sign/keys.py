@@ -30,7 +30,7 @@ def ask_password(env: str, what: str, *, confirm: bool = False) -> str | None:
         return None
     first = getpass.getpass(f"password for {what}: ")
     if confirm and getpass.getpass(f"again, password for {what}: ") != first:
-        raise ConfigError("the passwords did not match")
+        raise ConfigError("the passwords did not match; run it again and type the same password twice")
     return first
 
 
