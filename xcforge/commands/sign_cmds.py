@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -495,16 +494,17 @@ def run_promote(args: argparse.Namespace) -> int:
 
 def _expected_head(text: str | None) -> AuditHead | None:
     """--expect-head COUNT:HASH, as `audit verify` prints the head (HASH: 64 lower-case hex digits)."""
+    from ocicore.digest import is_sha256_hex
     from signing.audit import AuditHead
 
     if text is None:
         return None
-    if not re.fullmatch(r"[0-9]+:[0-9a-f]{64}", text):
+    count, sep, last_hash = text.partition(":")
+    if not (sep and count.isdigit() and count.isascii() and is_sha256_hex(last_hash)):
         raise ConfigError(
             f"--expect-head {text[:80]!r}: not COUNT:HASH; pass the head an earlier `audit verify` printed "
             "(`head 42:<64 hex digits>`), as recorded in the CI report"
         )
-    count, _, last_hash = text.partition(":")
     return AuditHead(int(count), last_hash)
 
 
