@@ -972,6 +972,12 @@ CLI_CASES = [
         env={"GITHUB_ACTIONS": "true"},
     ),
     Case(
+        "build-zstd-without-push-dry-run",
+        [*B, "--target", "cpu", "--zstd", "--dry-run"],
+        2,
+        "--zstd recompresses a pushed, tagged image in the registry: add --push --registry R",
+    ),
+    Case(
         "build-keyless-without-sign",
         [*B, "--target", "cpu", "--push", "--registry", "127.0.0.1:5000/x", "--keyless"],
         2,

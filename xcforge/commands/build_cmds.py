@@ -20,6 +20,7 @@ from xcforge.paths import DIST_DIR
 from xcforge.plan.build_plan import BuildOptions, make_plan, named_contexts_for
 from xcforge.plan.render import render_target
 from xcforge.plan.verification import lock_level, lock_status
+from xcforge.publish.options import ZstdOptions, resolve_zstd_options
 
 if TYPE_CHECKING:
     from xcforge.pipeline import LaterStages
@@ -175,6 +176,7 @@ def run_build(args: argparse.Namespace) -> int:
     matrix, targets = selected_targets(args)
     site = load_site(args.site)
     options = _options(args)
+    zstd = resolve_zstd_options(push=args.push, dist_dir=options.dist_dir) if args.zstd else None
     plans = [make_plan(matrix, target, site, options) for target in targets]
     if args.dry_run:
         for plan in plans:
@@ -183,7 +185,7 @@ def run_build(args: argparse.Namespace) -> int:
             print(f"# ---- Dockerfile ({plan.dockerfile}):")
             sys.stdout.write(render_target(matrix, plan.target).text)
         return 0
-    later = _later_stages(args, matrix, options)  # keys decrypted, options checked: before any build
+    later = _later_stages(args, matrix, options, zstd)  # keys decrypted, options checked: before any build
     start_docker_check()  # the engine answers while the build stages load
     from xcforge.bake.stage import BuildRequest
     from xcforge.pipeline import run_builds
@@ -194,11 +196,13 @@ def run_build(args: argparse.Namespace) -> int:
     return run_builds(request, later)
 
 
-def _later_stages(args: argparse.Namespace, matrix: Matrix, options: BuildOptions) -> LaterStages:
-    """Each later stage's options, resolved by its own module now: a wrong password or a --zstd
-    without --push stops the run here, before anything is built, pushed or tagged."""
+def _later_stages(
+    args: argparse.Namespace, matrix: Matrix, options: BuildOptions, zstd: ZstdOptions | None
+) -> LaterStages:
+    """Each later stage's options, resolved by its own module now (zstd's already, before a dry run
+    too): a wrong password stops the run here, before anything is built, pushed or tagged. Keys are
+    not loaded for --dry-run (no password prompt for a plan)."""
     from xcforge.pipeline import LaterStages
-    from xcforge.publish.options import resolve_zstd_options
     from xcforge.sign.options import SignOptions, resolve_signing_keys
     from xcforge.smoke.options import SmokeOptions
 
@@ -207,7 +211,7 @@ def _later_stages(args: argparse.Namespace, matrix: Matrix, options: BuildOption
         keys = resolve_signing_keys(args.sm2_key, args.cosign_key, keyless=args.keyless, missing="--sign needs")
         sign = SignOptions(keys, options.dist_dir)
     return LaterStages(
-        zstd=resolve_zstd_options(push=args.push, dist_dir=options.dist_dir) if args.zstd else None,
+        zstd=zstd,
         sign=sign,
         smoke=SmokeOptions(matrix) if args.smoke else None,
     )
