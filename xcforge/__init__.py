@@ -1,3 +1,3 @@
-"""xcforge: one matrix, four kinds of hardware, signed vLLM images."""
+"""xcforge: one matrix, every engine backend of images/engine/ (one per kind of hardware), signed serving images."""
 
 __version__ = "0.1.0"

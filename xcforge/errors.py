@@ -33,7 +33,9 @@ class ConfigError(XcforgeError):
 
 
 class EnvironmentProblem(XcforgeError):
-    """A tool the step needs (docker, buildx, openssl, cosign) is missing, too old, or not running."""
+    """A tool or service the step needs (docker, buildx, uv, mmdebstrap, a package index) is missing, too old,
+    or not running. (openssl and cosign are never run by xcforge: they are the independent checks
+    docs/signing.md shows.)"""
 
     exit_code = 3
 

@@ -10,6 +10,9 @@ standalone `zstd`, `sign` and `smoke` commands call the same stage functions on 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
 from xcforge import console
 from xcforge.bake.docker_env import check_docker, start_docker_check
 from xcforge.bake.runner import BuilderNode, check_builder, prefetch_nodes
@@ -18,6 +21,21 @@ from xcforge.config.matrix import Matrix
 from xcforge.console import say
 from xcforge.errors import BuildFailed, ConfigError
 from xcforge.plan.build_plan import BuildPlan
+
+if TYPE_CHECKING:  # resolved by the command line before the build; the stages load while it bakes
+    from xcforge.publish.options import ZstdOptions
+    from xcforge.sign.options import SignOptions
+    from xcforge.smoke.options import SmokeOptions
+
+
+@dataclass(frozen=True)
+class LaterStages:
+    """The options of the stages after the build, each resolved and checked by its own stage's
+    module before the first bake starts; None: the stage does not run."""
+
+    zstd: ZstdOptions | None = None
+    sign: SignOptions | None = None
+    smoke: SmokeOptions | None = None
 
 
 def _load_later_stages() -> None:
@@ -56,7 +74,7 @@ def _check_builders(request: BuildRequest) -> None:
         say(f"builder {builder}: {len(nodes)} node(s): {described}; builds {', '.join(sorted(platforms))}")
 
 
-def run_builds(request: BuildRequest) -> int:
+def run_builds(request: BuildRequest, later: LaterStages) -> int:
     plans = request.plans
     for plan in plans:
         if plan.blockers:
@@ -88,13 +106,13 @@ def run_builds(request: BuildRequest) -> int:
     failed = any(build.error for build in builds)
 
     # The zstd variants, before anything is signed: the sign stage signs their digests too.
-    published = publish.publish_results(builds, request) if request.zstd and not failed else []
+    published = publish.publish_results(builds, later.zstd) if later.zstd and not failed else []
     failed |= any(outcome.error for outcome in published)
     builds = report.with_outcomes(builds, published=published)
     sign.record_builds(builds, request.options.dist_dir)
-    signed = sign.sign_results(builds, request) if request.sign and not failed else []
+    signed = sign.sign_results(builds, later.sign) if later.sign and not failed else []
     failed |= any(outcome.error for outcome in signed)
-    smoked = smoke.smoke_results(builds, request) if request.smoke and not failed else []
+    smoked = smoke.smoke_results(builds, later.smoke) if later.smoke and not failed else []
     failed |= any(outcome.error for outcome in smoked)
 
     results = report.with_outcomes(builds, signed, smoked)
@@ -128,4 +146,4 @@ def merge_and_report(matrix: Matrix, plan: BuildPlan, digests: list[str]) -> int
     return 0
 
 
-__all__ = ["merge_and_report", "run_builds"]
+__all__ = ["LaterStages", "merge_and_report", "run_builds"]

@@ -6,8 +6,8 @@ import json
 import struct
 
 from engine_fakes import CPUINFO_KUNPENG920, CPUINFO_X86_AVX2, ENGINE
+from xcforge_engine.auxv import AT_HWCAP, AT_HWCAP2, HWCAP_NAMES, auxv_features
 from xcforge_engine.cli import main
-from xcforge_engine.isa import _HWCAP, AT_HWCAP, AT_HWCAP2, _auxv_features
 
 ARM_NEEDS = "atomics asimddp fphp asimdhp"
 # AT_HWCAP as QEMU user emulation reports it for these `-e QEMU_CPU=` models (docs/operators.md
@@ -17,7 +17,7 @@ NEOVERSE_N1 = [*CORTEX_A57, "atomics", "fphp", "asimdhp", "asimdrdm", "lrcpc", "
 
 
 def auxv(names: list[str], hwcap2: int = 0) -> bytes:
-    bits = sum(1 << _HWCAP.index(n) for n in names)
+    bits = sum(1 << HWCAP_NAMES.index(n) for n in names)
     return struct.pack("<8Q", 6, 4096, AT_HWCAP, bits, AT_HWCAP2, hwcap2, 0, 0)
 
 
@@ -31,9 +31,9 @@ def arm_machine(machine, names):
 
 
 def test_auxv_bits_decode_to_kernel_names():
-    assert _auxv_features(auxv(CORTEX_A57)) == set(CORTEX_A57)
-    assert "bf16" in _auxv_features(auxv(CORTEX_A57, hwcap2=1 << 14))
-    assert _auxv_features(b"") is None
+    assert auxv_features(auxv(CORTEX_A57)) == set(CORTEX_A57)
+    assert "bf16" in auxv_features(auxv(CORTEX_A57, hwcap2=1 << 14))
+    assert auxv_features(b"") is None
 
 
 def test_armv8_0_cpu_is_refused_by_doctor_with_the_missing_features(machine, env_for, capsys):

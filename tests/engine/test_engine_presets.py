@@ -6,10 +6,10 @@ import json
 
 import pytest
 from engine_fakes import CPUINFO_PHYTIUM, ENGINE
+from xcforge_engine.backends import BACKENDS, preset_book
 from xcforge_engine.cli import main
-from xcforge_engine.presets import BACKENDS, load_presets
 
-BOOK = load_presets()
+BOOK = preset_book()
 
 
 def test_required_models_are_there():

@@ -361,3 +361,152 @@ def test_publish_sign_and_smoke_return_outcomes_instead_of_changing_build_record
                 ):
                     found.append(f"{path.name}:{node.lineno} changes .{node.func.value.attr}")
     assert not found, found
+
+
+# --------------------------------------------------------------------------- images/engine (issue 33)
+# The engine package every image installs (stdlib only) keeps the same discipline: no import cycle,
+# however an import is written (a function-level import or a module __getattr__ only hides one),
+# and no private name (`_x`) imported from another module. Imports under `if TYPE_CHECKING:` do not
+# run, so they cannot make a cycle.
+
+ENGINE = ROOT / "images" / "engine" / "src"
+ENGINE_PACKAGE = "xcforge_engine"
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _runtime_nodes(tree: ast.AST) -> list[ast.AST]:
+    """Every node that runs (module level or in a function), less `if TYPE_CHECKING:` bodies."""
+    out: list[ast.AST] = []
+    stack: list[ast.AST] = [tree]
+    while stack:
+        node = stack.pop()
+        out.append(node)
+        for child in ast.iter_child_nodes(node):
+            if isinstance(node, ast.If) and _is_type_checking(node) and child in node.body:
+                continue
+            stack.append(child)
+    return out
+
+
+def engine_imports(sources: dict[str, str]) -> tuple[dict[str, set[str]], list[str]]:
+    """(module → the engine modules it imports when it runs, private names imported across modules)
+    for `sources` (module name → text; a package is `a.b.__init__`)."""
+    modules = set(sources)
+
+    def as_module(name: str) -> str | None:
+        for candidate in (name, f"{name}.__init__"):
+            if candidate in modules:
+                return candidate
+        return None
+
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    private: list[str] = []
+    for module, source in sources.items():
+        own_packages = {module.rsplit(".", i)[0] + ".__init__" for i in range(1, module.count(".") + 1)}
+        for node in _runtime_nodes(ast.parse(source)):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = _resolve(module, node.level, node.module)
+                if not base or base.split(".")[0] != ENGINE_PACKAGE:
+                    continue
+                names = [base]
+                for alias in node.names:
+                    submodule = as_module(f"{base}.{alias.name}")
+                    if submodule:
+                        names.append(f"{base}.{alias.name}")
+                    elif alias.name.startswith("_") and not alias.name.startswith("__"):
+                        private.append(f"{module} imports {alias.name} from {base}")
+            elif isinstance(node, ast.Call):
+                names = _dynamic_import(module, node)[0]
+            for name in names:
+                target = as_module(name)
+                if target is None or target == module:
+                    continue
+                # Importing a.b.c runs a/b/__init__ first, unless it is already running (our own).
+                parts = target.removesuffix(".__init__").split(".")
+                parents = {".".join(parts[:i]) + ".__init__" for i in range(2, len(parts))}
+                graph[module] |= {target, *(parents & modules)} - own_packages - {module}
+    return graph, private
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Each strongly connected set of more than one module (Tarjan), sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                item = stack.pop()
+                on_stack.discard(item)
+                component.append(item)
+                if item == node:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return sorted(cycles)
+
+
+def _engine_sources() -> dict[str, str]:
+    return {
+        ".".join(path.relative_to(ENGINE).with_suffix("").parts): path.read_text(encoding="utf-8")
+        for path in sorted((ENGINE / ENGINE_PACKAGE).rglob("*.py"))
+    }
+
+
+def test_the_engine_has_no_import_cycle():
+    sources = _engine_sources()
+    assert len(sources) > 20 and "xcforge_engine.backends.__init__" in sources
+    graph, _ = engine_imports(sources)
+    assert import_cycles(graph) == []
+
+
+def test_the_engine_imports_no_private_name_from_another_module():
+    assert engine_imports(_engine_sources())[1] == []
+
+
+def test_the_engine_checks_catch_what_they_are_for():
+    sources = {
+        "xcforge_engine.__init__": "",
+        "xcforge_engine.pkg.__init__": "from xcforge_engine.pkg.base import Base\n",
+        "xcforge_engine.pkg.base": "from xcforge_engine.presets import Preset\n",
+        "xcforge_engine.presets": (
+            "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from xcforge_engine.isa import Isa\n"
+            "def names():\n    from xcforge_engine.pkg import ALL\n    return ALL\n"
+        ),
+        "xcforge_engine.isa": "from xcforge_engine.cpuinfo import CpuInfo\n",
+        "xcforge_engine.cpuinfo": "def read():\n    from xcforge_engine.isa import _auxv\n",
+    }
+    graph, private = engine_imports(sources)
+    assert import_cycles(graph) == [
+        ["xcforge_engine.cpuinfo", "xcforge_engine.isa"],
+        ["xcforge_engine.pkg.__init__", "xcforge_engine.pkg.base", "xcforge_engine.presets"],
+    ]
+    assert private == ["xcforge_engine.cpuinfo imports _auxv from xcforge_engine.isa"]
+    # A type-only import runs nothing: no cycle through it.
+    assert "xcforge_engine.isa" not in graph["xcforge_engine.presets"]

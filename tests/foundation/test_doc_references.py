@@ -306,3 +306,92 @@ def test_prose_names_only_paths_docs_and_modules_that_exist():
         stale += [f"{path}: module {t}" for t in sorted(unresolved_modules(text))]
         stale += [f"{path}: keyless identity of {t}" for t in sorted(wrong_identities(text))]
     assert not stale, "prose names what is not in the repository:\n" + "\n".join(stale)
+
+
+# --------------------------------------------------------------------------- facts the prose states
+# Issue 33 item 5: counts and orders the prose states, checked against the code they describe.
+
+_NUMBER_WORDS = ("one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
+_BACKEND_COUNT = re.compile(r"\b(?P<n>" + "|".join(_NUMBER_WORDS) + r") (?:engine )?(?:backends|kinds of hardware)\b")
+
+
+def engine_backends() -> list[str]:
+    folder = REPO / "images/engine/src/xcforge_engine/backends"
+    return sorted(p.stem for p in folder.glob("*.py") if p.stem not in {"__init__", "base"})
+
+
+def stated_backend_counts(text: str) -> list[int]:
+    return [_NUMBER_WORDS.index(m.group("n")) + 1 for m in _BACKEND_COUNT.finditer(text)]
+
+
+def test_the_prose_counts_the_engine_backends_there_are():
+    assert stated_backend_counts("one matrix, four kinds of hardware; all six engine backends") == [4, 6]
+    count = len(engine_backends())
+    wrong = [f"{path}: says {n}" for path, text in prose().items() for n in stated_backend_counts(text) if n != count]
+    assert not wrong, f"there are {count} engine backends ({', '.join(engine_backends())}):\n" + "\n".join(wrong)
+
+
+_TOOLS = ("docker", "buildx", "openssl", "cosign", "uv", "mmdebstrap", "skopeo", "qemu", "git")
+
+
+def _environment_messages(source: str) -> str:
+    """The text of every `raise EnvironmentProblem(...)` in a module: its string parts, and the
+    module-level string constants it names (a shared REMEDY)."""
+    import ast
+
+    tree = ast.parse(source)
+    constants = {
+        t.id: node.value.value
+        for node in tree.body
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
+        for t in node.targets
+        if isinstance(t, ast.Name)
+    }
+    parts = []
+    for node in ast.walk(tree):
+        call = node.exc if isinstance(node, ast.Raise) else None
+        if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "EnvironmentProblem":
+            for inner in ast.walk(call):
+                if isinstance(inner, ast.Constant) and isinstance(inner.value, str):
+                    parts.append(inner.value)
+                elif isinstance(inner, ast.Name) and inner.id in constants:
+                    parts.append(constants[inner.id])
+    return "\n".join(parts)
+
+
+def _checked_tools() -> set[str]:
+    """The tools whose absence some xcforge message reports as EnvironmentProblem (exit 3)."""
+    checked: set[str] = set()
+    for path in tracked():
+        if path.startswith("xcforge/") and path.endswith(".py"):
+            text = _environment_messages((REPO / path).read_text())
+            checked |= {tool for tool in _TOOLS if re.search(rf"\b{tool}\b", text, re.I)}
+    return checked
+
+
+def test_exit_code_3_names_only_tools_a_step_checks():
+    row = next(line for line in (REPO / "README.md").read_text().splitlines() if line.startswith("| 3 |"))
+    named = {tool for tool in _TOOLS if re.search(rf"\b{tool}\b", row, re.I)}
+    assert named, row
+    assert named <= _checked_tools(), (
+        f"README's exit code 3 names {sorted(named - _checked_tools())}, which no step checks"
+    )
+    assert {"docker", "buildx"} <= _checked_tools()  # the messages are read
+
+
+def _build_step() -> str:
+    text = (REPO / "docs/architecture.md").read_text()
+    return text[text.index("**Build.** `bake.stage.build_all`") : text.index("**Publish, record, sign, smoke.**")]
+
+
+def test_the_build_step_says_what_finish_does_in_its_order():
+    import ast
+
+    source = (REPO / "xcforge/bake/stage.py").read_text()
+    finish = next(n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.FunctionDef) and n.name == "_finish")
+    body = ast.get_source_segment(source, finish) or ""
+    calls = ("replace", "write_attestations", "push_layout", "_attach_sboms")
+    code_order = sorted(calls, key=lambda c: body.index(f"{c}("))
+    step = _build_step()
+    doc_order = sorted(calls, key=lambda c: step.index(f"{c}`"))
+    assert doc_order == code_order, f"docs/architecture.md's build step says {doc_order}; _finish does {code_order}"

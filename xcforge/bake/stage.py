@@ -61,16 +61,13 @@ REGISTRY_RETRIES = 3
 
 @dataclass(frozen=True)
 class BuildRequest:
+    """What the bake needs and nothing more: the later stages' options (zstd, sign, smoke) are
+    their own (publish/options.py, sign/options.py, smoke/options.py), resolved before this runs."""
+
     matrix: Matrix
     plans: list[BuildPlan]
     options: BuildOptions
     keep_going: bool = False
-    smoke: bool = False
-    sign: bool = False
-    sm2_key: Path | None = None
-    cosign_key: Path | None = None
-    keyless: bool = False
-    zstd: bool = False  # --zstd: also publish the `<tag>-zstd` variant (xcforge/publish/zstd.py)
     builder: str | None = None  # --builder: every platform on this buildx builder
 
     def builders_for(self, plan: BuildPlan) -> dict[str, str | None]:
@@ -738,7 +735,10 @@ def merge_digests(matrix: Matrix, plan: BuildPlan, digests: list[str]) -> BuildR
     """Split CI mode, second half: assemble the index from per-platform digests, then tag it."""
     for digest in digests:
         if not is_sha256(digest):
-            raise ConfigError(f"--digest {digest!r} is not a digest (sha256:<64 hex>)")
+            raise ConfigError(
+                f"--digest {digest!r} is not a digest (sha256:<64 hex>); pass each platform's digest as "
+                "`build --push-by-digest` printed it"
+            )
     started = time.monotonic()
     sources = [f"{plan.image_repo}@{d}" for d in digests]
     _attach_tags(plan, digests[0], sources=sources, matrix=matrix)

@@ -8,16 +8,22 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from xcforge.bake.docker_env import start_docker_check
+from xcforge.commands._keys import add_private_keys
 from xcforge.commands._targets import add_target_arguments, selected_targets
-from xcforge.config.matrix import is_arch, load_matrix
+from xcforge.config.matrix import Matrix, is_arch, load_matrix
 from xcforge.config.site import BUILDER_NAME_RE, load_site
 from xcforge.errors import ConfigError
 from xcforge.paths import DIST_DIR
 from xcforge.plan.build_plan import BuildOptions, BuildPlan, make_plan, named_contexts_for
 from xcforge.plan.render import render_target
 from xcforge.plan.verification import lock_level, lock_status
+from xcforge.publish.options import ZstdOptions, resolve_zstd_options
+
+if TYPE_CHECKING:
+    from xcforge.pipeline import LaterStages
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
@@ -57,9 +63,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser], co
     )
     parser.add_argument("--smoke", action="store_true", help="smoke-test each built image")
     parser.add_argument("--sign", action="store_true", help="sign each pushed digest (needs --push and keys)")
-    parser.add_argument("--sm2-key", type=Path, help="SM2 private key (PEM/DER PKCS#8) for --sign")
-    parser.add_argument("--cosign-key", type=Path, help="cosign ECDSA P-256 private key for --sign")
-    parser.add_argument("--keyless", action="store_true", help="also sign keyless with Sigstore (GitHub OIDC)")
+    add_private_keys(parser, "for --sign (loaded and decrypted before the build starts)")
+    parser.add_argument("--keyless", action="store_true", help="with --sign: also sign keyless with Sigstore (OIDC)")
     parser.set_defaults(func=run_build)
 
     contexts = subparsers.add_parser(
@@ -147,16 +152,6 @@ def _check_dist(dist: Path) -> None:
         raise ConfigError(f"--dist {dist}: is a file; give the directory archives and reports go into")
 
 
-def _check_key_file(flag: str, path: Path | None) -> None:
-    """A key the build signs with must be readable now, not after an hour of building."""
-    if path is None:
-        return
-    if not path.exists():
-        raise ConfigError(f"{flag} {path}: no such file; create a key with `python build.py keygen`")
-    if not path.is_file():
-        raise ConfigError(f"{flag} {path}: not a file; give the private key file")
-
-
 def _check_wheelhouse(path: Path | None) -> None:
     if path is None:
         return
@@ -170,25 +165,24 @@ def _check_wheelhouse(path: Path | None) -> None:
 
 def _options(args: argparse.Namespace) -> BuildOptions:
     if args.builder is not None and not BUILDER_NAME_RE.fullmatch(args.builder):
-        raise ConfigError(f"--builder {args.builder!r}: not a buildx builder name (letters, digits, . _ -)")
+        raise ConfigError(
+            f"--builder {args.builder!r}: not a buildx builder name (letters, digits, . _ -); "
+            "give a name `docker buildx ls` lists"
+        )
     _check_dist(args.dist)
-    _check_key_file("--sm2-key", args.sm2_key)
-    _check_key_file("--cosign-key", args.cosign_key)
     if args.push and args.push_by_digest:
         raise ConfigError(
             "--push and --push-by-digest are different output modes: --push pushes a tagged multi-platform "
             "index, --push-by-digest one untagged platform for `merge`; pass only one of them"
         )
     _check_wheelhouse(args.wheelhouse)
-    if args.zstd and not args.push:
-        raise ConfigError(
-            "--zstd recompresses a pushed, tagged image in the registry: add --push --registry R "
-            "(after split builds, run `python build.py zstd --target T` once `merge` has tagged the index)"
-        )
     if args.sign and not (args.push or args.push_by_digest):
         raise ConfigError(
             "--sign signs pushed digests only: add --push --registry R (an archive is signed with `sign`)"
         )
+    for flag, given in (("--sm2-key", args.sm2_key), ("--cosign-key", args.cosign_key), ("--keyless", args.keyless)):
+        if given and not args.sign:
+            raise ConfigError(f"{flag} is for signing: add --sign (with --push), or drop {flag}")
     return BuildOptions(
         registry=args.registry,
         push=args.push,
@@ -206,6 +200,7 @@ def run_build(args: argparse.Namespace) -> int:
     matrix, targets = selected_targets(args)
     site = load_site(args.site)
     options = _options(args)
+    zstd = resolve_zstd_options(push=args.push, dist_dir=options.dist_dir) if args.zstd else None
     plans = [make_plan(matrix, target, site, options) for target in targets]
     if args.dry_run:
         for plan in plans:
@@ -215,24 +210,36 @@ def run_build(args: argparse.Namespace) -> int:
             print(f"# ---- Dockerfile ({plan.dockerfile}):")
             sys.stdout.write(render_target(matrix, plan.target).text)
         return 0
+    later = _later_stages(args, matrix, options, zstd)  # keys decrypted, options checked: before any build
     start_docker_check()  # the engine answers while the build stages load
     from xcforge.bake.stage import BuildRequest
     from xcforge.pipeline import run_builds
 
     request = BuildRequest(
-        matrix=matrix,
-        plans=plans,
-        options=options,
-        builder=args.builder,
-        keep_going=args.keep_going,
-        smoke=args.smoke,
-        sign=args.sign,
-        sm2_key=args.sm2_key,
-        cosign_key=args.cosign_key,
-        keyless=args.keyless,
-        zstd=args.zstd,
+        matrix=matrix, plans=plans, options=options, builder=args.builder, keep_going=args.keep_going
     )
-    return run_builds(request)
+    return run_builds(request, later)
+
+
+def _later_stages(
+    args: argparse.Namespace, matrix: Matrix, options: BuildOptions, zstd: ZstdOptions | None
+) -> LaterStages:
+    """Each later stage's options, resolved by its own module now (zstd's already, before a dry run
+    too): a wrong password stops the run here, before anything is built, pushed or tagged. Keys are
+    not loaded for --dry-run (no password prompt for a plan)."""
+    from xcforge.pipeline import LaterStages
+    from xcforge.sign.options import SignOptions, resolve_signing_keys
+    from xcforge.smoke.options import SmokeOptions
+
+    sign = None
+    if args.sign:
+        keys = resolve_signing_keys(args.sm2_key, args.cosign_key, keyless=args.keyless, missing="--sign needs")
+        sign = SignOptions(keys, options.dist_dir)
+    return LaterStages(
+        zstd=zstd,
+        sign=sign,
+        smoke=SmokeOptions(matrix) if args.smoke else None,
+    )
 
 
 def run_contexts(args: argparse.Namespace) -> int:

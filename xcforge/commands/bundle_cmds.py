@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from xcforge.commands._keys import add_private_keys, add_public_keys
 from xcforge.commands.sign_cmds import _add_audit, _audit
 from xcforge.errors import ConfigError, EnvironmentProblem
 from xcforge.sign import keys
@@ -28,9 +29,7 @@ def register(
     bundle.add_argument("--target", action="append", default=[], help="a target of the last build (repeatable)")
     bundle.add_argument("--report", type=Path, default=Path("dist"), help="directory holding report.json")
     bundle.add_argument("--out", type=Path, default=Path("dist/bundle"), help="FILE[.tar] or a directory")
-    bundle.add_argument("--sm2-key", type=Path, help=f"SM2 private key (or PEM in ${keys.SM2_KEY_ENV})")
-    bundle.add_argument("--cosign-key", type=Path, help=f"cosign private key (or PEM in ${keys.COSIGN_KEY_ENV})")
-    bundle.add_argument("--sm2-distid", default="1234567812345678", help="SM2 distinguishing ID (GB/T 32918 default)")
+    add_private_keys(bundle, "to sign the bundle's manifest with", distid=True)
     bundle.add_argument("--chunk-size", help="split into chunks of this size (e.g. 4G, 700M) for media limits")
     bundle.add_argument("--since", type=Path, metavar="BUNDLE", help="a delta: leave out blobs BUNDLE carried")
     bundle.add_argument("--force", action="store_true", help="replace an existing bundle of the same name")
@@ -44,9 +43,7 @@ def register(
     where = imp.add_mutually_exclusive_group()
     where.add_argument("--registry", help="the inner registry (host[:port]) to push to, by digest")
     where.add_argument("--docker", action="store_true", help="load into the local docker engine instead")
-    imp.add_argument("--sm2-key", type=Path, action="append", default=[], help="the sender's SM2 public key")
-    imp.add_argument("--cosign-key", type=Path, action="append", default=[], help="the sender's cosign public key")
-    imp.add_argument("--sm2-distid", default="1234567812345678", help="SM2 distinguishing ID to verify with")
+    add_public_keys(imp, "the sender's")
     imp.add_argument(
         "--rewrite", action="append", default=[], metavar="OLD=NEW", help="repository path prefix (Harbor projects)"
     )

@@ -134,7 +134,10 @@ def run_detect_runners(args: argparse.Namespace) -> int:
         try:
             runners = runners_mod.parse_runners(args.runners.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
-            raise ConfigError(f"--runners {args.runners}: cannot read the runners list ({exc})") from None
+            raise ConfigError(
+                f"--runners {args.runners}: cannot read the runners list ({exc}); give the JSON file the "
+                "GitHub API's runners list returned"
+            ) from None
     _check_step_files()
     runners_mod.report_runners(runners_mod.detect_runners(labels, runners, args.declared.split(",")))
     sys.stdout.flush()

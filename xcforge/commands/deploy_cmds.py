@@ -80,22 +80,27 @@ def run_deploy(args: argparse.Namespace) -> int:
     if args.examples:
         return _examples(args, matrix)
     if args.check:
-        raise ConfigError("--check goes with --examples")
+        raise ConfigError("--check goes with --examples; add --examples, or drop --check")
     if not args.target:
         raise ConfigError(f"name a target with --target NAME; valid targets: {', '.join(matrix.targets)}")
     target = matrix.target(args.target)
     image = deploy.parse_digest_ref(args.image) if args.image else None
 
     if args.doctor and not args.docker_run:
-        raise ConfigError("--doctor goes with --docker-run")
+        raise ConfigError("--doctor goes with --docker-run; add --docker-run, or drop --doctor")
     if args.docker_run:
         sys.stdout.write(deploy.docker_run(target, image, args.model, args.name, doctor=args.doctor))
         return 0
 
     if image is None:
-        raise ConfigError("--image REGISTRY/REPO@sha256:<digest> is required (the image to deploy, by digest)")
+        raise ConfigError(
+            "--image REGISTRY/REPO@sha256:<digest> is required (the image to deploy, by digest); "
+            "add it as the build printed it"
+        )
     if not args.model:
-        raise ConfigError("--model PATH is required (where the model is inside the container, e.g. /models/qwen)")
+        raise ConfigError(
+            "--model PATH is required (where the model is inside the container); add it, e.g. --model /models/qwen"
+        )
     options = deploy.DeployOptions(
         image=image,
         model=args.model,
@@ -161,11 +166,13 @@ def _check_names_and_out(args: argparse.Namespace) -> None:
     against the registry or written."""
     if args.namespace is not None and not _DNS_LABEL.fullmatch(args.namespace):
         raise ConfigError(
-            f"--namespace '{args.namespace}': a namespace is lower-case letters, digits and '-' (at most 63)"
+            f"--namespace '{args.namespace}': a namespace is lower-case letters, digits and '-' (at most 63); "
+            "rename it, e.g. ai-serving"
         )
     if args.model_pvc is not None and not _DNS_SUBDOMAIN.fullmatch(args.model_pvc):
         raise ConfigError(
-            f"--model-pvc '{args.model_pvc}': a claim name is lower-case letters, digits, '-' and '.' (at most 253)"
+            f"--model-pvc '{args.model_pvc}': a claim name is lower-case letters, digits, '-' and '.' (at most 253); "
+            "give the PersistentVolumeClaim's name as `kubectl get pvc` lists it"
         )
     if args.out is not None:
         blocker = blocking_file(args.out)

@@ -15,15 +15,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from signing.errors import VerificationFailed
+from xcforge.commands._keys import add_distid, add_private_keys, add_public_keys
 from xcforge.commands._paths import blocking_file, unwritable_reason
 from xcforge.errors import ConfigError
 from xcforge.sign import keys
 
 if TYPE_CHECKING:  # each command imports what it uses when it runs
     from ocicore.registry import Reference
-    from signing.audit import AuditLog
+    from signing.audit import AuditHead, AuditLog
     from xcforge.bake.result import BuildResult
-    from xcforge.sign.stage import SigningKeys
+    from xcforge.sign.options import SigningKeys
 
 AUDIT_ENV = "XCFORGE_AUDIT_LOG"
 DEFAULT_KEY_DIR = Path(".xcforge/keys")  # ignored by git, so a key is never committed by accident
@@ -53,10 +54,8 @@ def register(
         "and its zstd variant's, with the SBOMs and provenance, as `build --sign` does",
     )
     sign.add_argument("--report", type=Path, default=Path("dist"), help="directory holding report.json (--target)")
-    sign.add_argument("--sm2-key", type=Path, help=f"SM2 private key (or PEM in ${keys.SM2_KEY_ENV})")
-    sign.add_argument("--cosign-key", type=Path, help=f"cosign private key (or PEM in ${keys.COSIGN_KEY_ENV})")
+    add_private_keys(sign, "to sign with", distid=True)
     sign.add_argument("--keyless", action="store_true", help="also sign keyless with Sigstore (CI OIDC token)")
-    sign.add_argument("--sm2-distid", default="1234567812345678", help="SM2 distinguishing ID (GB/T 32918 default)")
     sign.add_argument("-a", "--annotation", action="append", default=[], metavar="KEY=VALUE", help="payload claim")
     sign.add_argument("--archive", type=Path, help="sign an OCI-layout archive: files in <archive>.signatures/")
     sign.add_argument("--insecure", action="store_true", help="plain http to a non-loopback registry")
@@ -67,8 +66,7 @@ def register(
     verify.add_argument("image", metavar="IMAGE@DIGEST", nargs="?")
     verify.add_argument("--target", help="verify what the last build pushed for this target (dist/report.json)")
     verify.add_argument("--report", type=Path, default=Path("dist"), help="directory holding report.json")
-    verify.add_argument("--sm2-key", type=Path, action="append", default=[], help="trusted SM2 public key")
-    verify.add_argument("--cosign-key", type=Path, action="append", default=[], help="trusted cosign public key")
+    add_public_keys(verify, "a trusted", distid=False)
     verify.add_argument(
         "--require", help="schemes that must be validly signed: sm2,cosign,keyless (default: all given)"
     )
@@ -76,7 +74,7 @@ def register(
         "--allow-identity", action="append", default=[], metavar="REPO", help="also accept payloads naming REPO"
     )
     verify.add_argument("--any-identity", action="store_true", help="ignore docker-reference, like cosign")
-    verify.add_argument("--sm2-distid", default="1234567812345678", help="SM2 distinguishing ID to verify with")
+    add_distid(verify, "to verify with")
     verify.add_argument("--keyless-identity", help="verify Sigstore bundles for this certificate identity")
     verify.add_argument(
         "--keyless-issuer", default="https://token.actions.githubusercontent.com", help="OIDC issuer of that identity"
@@ -100,8 +98,7 @@ def register(
     promote = subparsers.add_parser("promote", parents=parents, help="copy SRC@DIGEST and its signatures to DST")
     promote.add_argument("source", metavar="SRC@DIGEST")
     promote.add_argument("target", metavar="DST_REPO[:TAG]")
-    promote.add_argument("--sm2-key", type=Path, help="re-sign for the destination name with this SM2 key")
-    promote.add_argument("--cosign-key", type=Path, help="re-sign for the destination name with this cosign key")
+    add_private_keys(promote, "to re-sign for the destination name with")
     promote.add_argument("--insecure", action="store_true", help="plain http to non-loopback registries")
     _add_audit(promote)
     promote.set_defaults(func=run_promote)
@@ -124,7 +121,7 @@ def register(
         action = audit_sub.add_parser(name, parents=parents, help=helptext)
         action.add_argument("path", nargs="?", type=Path, help="default dist/audit.log.jsonl")
         if name == "checkpoint":
-            action.add_argument("--sm2-key", type=Path, help="SM2 private key (PEM/DER PKCS#8)")
+            add_private_keys(action, "to sign the chain head with", schemes=("sm2",))
         if name == "prune":
             action.add_argument("--retention-days", type=int, default=180, help="at least 180 (the policy)")
         if name == "export":
@@ -233,7 +230,9 @@ def run_keygen(args: argparse.Namespace) -> int:
     try:
         args.out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise ConfigError(f"keygen --out {args.out}: cannot create it ({exc.strerror or exc})") from None
+        raise ConfigError(
+            f"keygen --out {args.out}: cannot create it ({exc.strerror or exc}); give a directory you can write to"
+        ) from None
     made = []
     written: list[Path] = []
     try:
@@ -268,7 +267,7 @@ def _annotations(pairs: list[str]) -> dict[str, str]:
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            raise ConfigError(f"annotation {pair!r} is not KEY=VALUE")
+            raise ConfigError(f"annotation {pair!r} is not KEY=VALUE; write it like -a release=2026.12")
         out[key] = value
     return out
 
@@ -322,20 +321,12 @@ def _sign_target(args: argparse.Namespace, signing_keys: SigningKeys) -> int:
 
 
 def _signing_keys(args: argparse.Namespace) -> SigningKeys:
-    """The keys `sign` was given (files or environment), refused when there are none."""
-    from xcforge.sign.stage import SigningKeys
+    """The keys `sign` was given (files or environment), loaded and decrypted; refused when there are none."""
+    from xcforge.sign.options import resolve_signing_keys
 
-    signing_keys = SigningKeys(
-        sm2=keys.load_sm2_signing_key(args.sm2_key),
-        cosign=keys.load_cosign_signing_key(args.cosign_key),
-        sm2_dist_id=args.sm2_distid.encode("utf-8"),
-        keyless=args.keyless,
+    return resolve_signing_keys(
+        args.sm2_key, args.cosign_key, keyless=args.keyless, sm2_dist_id=args.sm2_distid, missing="sign: give"
     )
-    if not signing_keys.any_key and not args.keyless:
-        raise ConfigError(
-            f"sign: give --sm2-key and/or --cosign-key (or ${keys.SM2_KEY_ENV} / ${keys.COSIGN_KEY_ENV}), or --keyless"
-        )
-    return signing_keys
 
 
 def run_sign(args: argparse.Namespace) -> int:
@@ -434,7 +425,10 @@ def _verify_one(args: argparse.Namespace, image: str, archive: Path | None, *, a
 
     ref = Reference.parse(image)
     if archive is not None and ref.digest is None:
-        raise ConfigError("verify --archive needs IMAGE@DIGEST (the name and digest the archive was signed for)")
+        raise ConfigError(
+            "verify --archive needs IMAGE@DIGEST (the name and digest the archive was signed for); "
+            "pass it before --archive"
+        )
     if ref.digest is None:
         # A tag can move between this check and the pull: what was verified must be what runs.
         raise ConfigError(
@@ -498,9 +492,26 @@ def run_promote(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_audit_verify(args: argparse.Namespace) -> int:
-    from signing.audit import DEFAULT_AUDIT_LOG, AuditHead, AuditLog, verify_audit_log
+def _expected_head(text: str | None) -> AuditHead | None:
+    """--expect-head COUNT:HASH, as `audit verify` prints the head (HASH: 64 lower-case hex digits)."""
+    from ocicore.digest import is_sha256_hex
+    from signing.audit import AuditHead
 
+    if text is None:
+        return None
+    count, sep, last_hash = text.partition(":")
+    if not (sep and count.isdigit() and count.isascii() and is_sha256_hex(last_hash)):
+        raise ConfigError(
+            f"--expect-head {text[:80]!r}: not COUNT:HASH; pass the head an earlier `audit verify` printed "
+            "(`head 42:<64 hex digits>`), as recorded in the CI report"
+        )
+    return AuditHead(int(count), last_hash)
+
+
+def run_audit_verify(args: argparse.Namespace) -> int:
+    from signing.audit import DEFAULT_AUDIT_LOG, AuditLog, verify_audit_log
+
+    expected = _expected_head(args.expect_head)  # a malformed flag is bad input (2), whatever the log
     path = args.path or Path(os.environ.get(AUDIT_ENV, DEFAULT_AUDIT_LOG))
     if path.is_dir():
         raise ConfigError(f"audit verify {path}: is a directory; give the audit log file (or ${AUDIT_ENV})")
@@ -511,12 +522,6 @@ def run_audit_verify(args: argparse.Namespace) -> int:
             f"(`audit verify PATH` or ${AUDIT_ENV}, default {DEFAULT_AUDIT_LOG}), or restore it from a backup "
             "or an `audit export` archive if it was deleted"
         )
-    expected = None
-    if args.expect_head:
-        count, sep, last_hash = args.expect_head.partition(":")
-        if not sep or not count.isdigit():
-            raise ConfigError("--expect-head takes COUNT:HASH")
-        expected = AuditHead(int(count), last_hash)
     public = keys.public_keys([args.sm2_key], keys.SM2_KEY_ENV, "sm2")[0] if args.sm2_key else None
     result = verify_audit_log(path, expected_head=expected, sm2_public=public)
     if not result.ok:
@@ -549,7 +554,9 @@ def run_audit_action(args: argparse.Namespace) -> int:
     if args.audit_action == "checkpoint":
         key = keys.load_sm2_signing_key(args.sm2_key)
         if key is None:
-            raise ConfigError(f"audit checkpoint needs an SM2 private key: --sm2-key FILE or ${keys.SM2_KEY_ENV}")
+            raise ConfigError(
+                f"audit checkpoint needs an SM2 private key; pass --sm2-key FILE or set ${keys.SM2_KEY_ENV}"
+            )
         entry = log.checkpoint(key)
         print(f"checkpoint at entry {entry['seq']}: head {entry['prev']} signed by SM2 key {key.public_key.short_id}")
     elif args.audit_action == "rotate":

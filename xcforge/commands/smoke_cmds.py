@@ -49,7 +49,10 @@ def run(args: argparse.Namespace) -> int:
     matrix = load_matrix(args.matrix)
     target = matrix.target(args.target)
     if args.image and "@sha256:" in args.image and not is_sha256(args.image.rpartition("@")[2]):
-        raise ConfigError(f"--image {args.image}: the digest must be sha256:<64 lower-case hex digits>")
+        raise ConfigError(
+            f"--image {args.image}: the digest must be sha256:<64 lower-case hex digits>; copy REPO@DIGEST "
+            "as the build printed it"
+        )
     # A directory that does not exist yet is where the generated tiny model goes (and is kept).
     if args.model is not None:
         blocker = blocking_file(args.model)

@@ -951,17 +951,32 @@ def _format_errors(
 ) -> str:
     out = []
     errors = exc.errors()
+    misspelt = _misspelt_keys(errors, model)
     for err in errors:
         loc = tuple(err["loc"])
         if err["type"] == "too_short" and any(
             len(other["loc"]) > len(loc) and tuple(other["loc"][: len(loc)]) == loc for other in errors
         ):
             continue  # the list is short only because its items were refused: those errors say why
+        if err["type"] == "missing" and any(loc[: len(m)] == m for m in misspelt):
+            continue  # missing only because its key was misspelt: the unknown-key error names the cause
         where = _where(prefix, loc, own, defaults)
         inherited = own is not None and defaults is not None and where.startswith("defaults.")
         line = line_of(lines, ("defaults", *loc) if inherited else (*prefix, *loc))
         out.append(f"{path}{f':{line}' if line else ''}: {where}: {_explain(err, model, loc)}")
     return "\n".join(out)
+
+
+def _misspelt_keys(errors: list[ErrorDetails], model: type[BaseModel]) -> list[Loc]:
+    """Where an unknown key's nearest valid name points (`pyhton` → `python`): the required keys
+    missing under it are the same mistake, not more of them (one line per mistake)."""
+    meant = []
+    for err in errors:
+        if err["type"] == "extra_forbidden":
+            loc = tuple(err["loc"])
+            close = difflib.get_close_matches(str(loc[-1]), _fields_at(model, loc[:-1]), n=1, cutoff=0.6)
+            meant += [(*loc[:-1], close[0])] if close else []
+    return meant
 
 
 def _where(prefix: Loc, loc: Loc, own: dict[str, Any] | None, defaults: dict[str, Any] | None) -> str:
@@ -1009,11 +1024,44 @@ def _explain(err: ErrorDetails, model: type[BaseModel], loc: Loc) -> str:
         options = re.findall(r"'([^']*)'", expected)
         return f"{_shown(value)} is not allowed{_suggest(str(value), options)}; allowed: {', '.join(options)}"
     if kind == "value_error":
-        return str(err.get("ctx", {}).get("error", err["msg"]))
+        return _with_remedy(str(err.get("ctx", {}).get("error", err["msg"])))
     if kind in {"string_type", "int_type", "bool_type", "dict_type", "tuple_type", "list_type"}:
         return f"{err['msg'].lower()}, got {type(value).__name__} {_shown(value)}"
     message = err["msg"]
     return f"{message[:1].lower()}{message[1:]} (got {_shown(value)})"
+
+
+# What to write instead, for the value grammars whose own message says only what is wrong (every
+# bad-input line ends with what to do). Keyed by the grammar's description in that message.
+_GRAMMAR_REMEDIES = {
+    "a Debian package name": "write one package per list item as apt-get takes it, e.g. curl or "
+    "curl=7.88.1-10 (no spaces, quotes or shell characters)",
+    "a Python package name": "write the bare distribution name, e.g. vllm-ascend (no version, spaces or shell "
+    "characters)",
+    "a POSIX user or group name": "use letters, digits, '_', '.' and '-', at most 32, not starting with a digit",
+    "a command or path of": "write the command or path alone, without spaces, quotes or shell characters",
+    "an absolute path of": "write the path from / without spaces, quotes or shell characters",
+    "a date as YYYY-MM-DD": "write the date like 2026-12-01",
+    "a relative path without ..": "write a path below the target's directory, without '..'",
+    "a file name": "write a bare file name, without '/', spaces or shell characters",
+    "an http(s):// URL": "percent-encode or remove the quotes, '$' and spaces",
+    "a search path": "write directories joined by ':', e.g. /usr/local/lib:/opt/lib",
+    "a host name": "write host or host:port, without a scheme or path",
+    "an environment variable name": "use letters, digits and '_', not starting with a digit",
+    "a NO_PROXY list": "write hosts, domains or CIDRs joined by ',', without spaces",
+    "one line of text": "remove the line breaks and control characters",
+    "a Prometheus metric name": "use letters, digits, '_' and ':', not starting with a digit",
+    "a namespace (DNS label)": "use lower-case letters, digits and '-', at most 63",
+    "a named container port": "use lower-case letters, digits and '-', at most 15",
+    "an exporter name": "use lower-case letters, digits and '-'",
+    "a runner label": "use lower-case letters, digits and '-'",
+    "backquote, $ or backslash": "remove it: the requirement is written into a shell line of the Dockerfile",
+}
+
+
+def _with_remedy(message: str) -> str:
+    remedy = next((r for key, r in _GRAMMAR_REMEDIES.items() if key in message), None)
+    return f"{message}; {remedy}" if remedy else message
 
 
 def _fields_at(model: type[BaseModel], loc: Loc) -> list[str]:

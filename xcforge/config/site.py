@@ -235,7 +235,9 @@ def load_site(path: Path | str | None) -> SiteConfig:
     raw, lines = load_yaml(text, path)
     raw = raw or {}
     if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: the site config must be a mapping")
+        raise ConfigError(
+            f"{path}: the site config must be a mapping; write `key: value` lines (see sites/standin.yaml)"
+        )
     try:
         site = SiteConfig.model_validate({**raw, "path": path})
     except ValidationError as exc:

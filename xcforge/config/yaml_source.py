@@ -23,6 +23,10 @@ Lines = dict[Loc, int]
 # laughs"), a self-referencing alias or absurd nesting fails fast with one line instead of eating
 # memory or the stack.
 MAX_DEPTH = 64
+TOO_DEEP_REMEDY = (
+    "a config file is a few levels deep: look for brackets that never close or an alias that includes "
+    "itself, and write the value out flat"
+)
 MAX_NODES = 100_000
 # No config value (a name, version, path, URL or one line of text) comes near this; it also stays
 # below Python's limit on digits in an int (4300), which a long number would otherwise hit.
@@ -44,7 +48,7 @@ def _check_shape(root: yaml.Node, path: Path) -> None:
         if id(node) in ancestors:
             raise ConfigError(f"{path}:{line}: an alias refers to a node that contains it; remove the recursive alias")
         if depth > MAX_DEPTH:
-            raise ConfigError(f"{path}:{line}: nested more than {MAX_DEPTH} levels deep; a config file never is")
+            raise ConfigError(f"{path}:{line}: nested more than {MAX_DEPTH} levels deep; {TOO_DEEP_REMEDY}")
         if visited > MAX_NODES:
             raise ConfigError(
                 f"{path}: more than {MAX_NODES} values once aliases are expanded (an alias bomb?); write it out plainly"
@@ -82,7 +86,17 @@ class _Loader(_BaseLoader):
 
 
 def _too_deep(path: Path) -> ConfigError:
-    return ConfigError(f"{path}: nested more than {MAX_DEPTH} levels deep; a config file never is")
+    return ConfigError(f"{path}: nested more than {MAX_DEPTH} levels deep; {TOO_DEEP_REMEDY}")
+
+
+def _yaml_remedy(text: str, mark: Any) -> str:
+    """What to do about a YAML syntax error: a tab is the usual one (YAML indents with spaces only)."""
+    if mark is not None:
+        lines = text.splitlines()
+        line = lines[mark.line] if mark.line < len(lines) else ""
+        if "\t" in line[: mark.column + 1]:
+            return f"YAML indents with spaces, never tabs: replace the tab on line {mark.line + 1} with spaces"
+    return "fix the YAML there (an unclosed quote or bracket, a missing ':' or wrong indentation)"
 
 
 def load_yaml(text: str, path: Path) -> tuple[Any, Lines]:
@@ -101,7 +115,7 @@ def load_yaml(text: str, path: Path) -> tuple[Any, Lines]:
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         if "maximum nesting depth" in problem:  # libyaml's own bound, far above ours
             raise _too_deep(path) from None
-        raise ConfigError(f"{path}{where}: invalid YAML: {problem}") from None
+        raise ConfigError(f"{path}{where}: invalid YAML: {problem}; {_yaml_remedy(text, mark)}") from None
     except RecursionError:
         raise _too_deep(path) from None
     finally:

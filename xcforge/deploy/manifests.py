@@ -71,14 +71,17 @@ def parse_digest_ref(text: str, *, what: str = "--image") -> Reference:
             f"{what} must be pinned by digest (REGISTRY/REPO@sha256:<64 hex>), not '{text}': a tag can move after "
             f"review; find the digest with `docker buildx imagetools inspect {text}`"
         )
-    raise ConfigError(f"{what} '{text}' is not a valid REGISTRY/REPO@sha256:<64 lower-case hex> reference")
+    raise ConfigError(
+        f"{what} '{text}' is not a valid REGISTRY/REPO@sha256:<64 lower-case hex> reference; pass the image by "
+        "digest as the build printed it (`<target> <repo>@sha256:...`)"
+    )
 
 
 def shm_quantity(size: str) -> str:
     """Docker's --shm-size (1g, 512m, 65536k, bytes) → a Kubernetes quantity (1Gi, 512Mi, ...)."""
     match = re.fullmatch(r"([0-9]+)([kmg]?)", size.strip().lower())
     if not match:
-        raise ConfigError(f"shm_size '{size}' is not a size like 1g or 512m")
+        raise ConfigError(f"shm_size '{size}' is not a size like 1g or 512m; write it so in runtime.shm_size")
     number, unit = match.groups()
     return number + {"": "", "k": "Ki", "m": "Mi", "g": "Gi"}[unit]
 
@@ -86,7 +89,7 @@ def shm_quantity(size: str) -> str:
 def duration_seconds(value: str) -> int:
     match = re.fullmatch(r"([0-9]+)(ms|s|m|h)", value)
     if not match:
-        raise ConfigError(f"'{value}' is not a duration like 30s or 5m")
+        raise ConfigError(f"'{value}' is not a duration like 30s or 5m; write it with one of the units ms, s, m, h")
     number, unit = int(match[1]), match[2]
     seconds = {"ms": number / 1000, "s": number, "m": number * 60, "h": number * 3600}[unit]
     return max(1, math.ceil(seconds))
@@ -211,18 +214,26 @@ def _check_options(target: Target, options: DeployOptions) -> tuple[str, str]:
         )
     arch = options.arch or target.archs[0]
     if arch not in target.archs:
-        raise ConfigError(f"--arch {arch}: target {target.name} is built for {', '.join(target.archs)}")
+        raise ConfigError(
+            f"--arch {arch}: target {target.name} is built for {', '.join(target.archs)}; pass one of those"
+        )
     if options.replicas < 1:
-        raise ConfigError("--replicas must be at least 1")
+        raise ConfigError("--replicas must be at least 1; pass --replicas 1 or more")
     if options.max_replicas is not None and options.max_replicas < options.replicas:
-        raise ConfigError(f"--max-replicas {options.max_replicas} is below --replicas {options.replicas}")
+        raise ConfigError(
+            f"--max-replicas {options.max_replicas} is below --replicas {options.replicas}; raise --max-replicas "
+            "or lower --replicas"
+        )
     if options.accelerators < 1:
-        raise ConfigError("--accelerators must be at least 1")
+        raise ConfigError("--accelerators must be at least 1; pass --accelerators 1 or more")
     for flag, value in (("--cpu", options.cpu), ("--memory", options.memory)):
         if not _QUANTITY_RE.match(value):
-            raise ConfigError(f"{flag} '{value}' is not a Kubernetes quantity (e.g. 8, 500m, 32Gi)")
+            raise ConfigError(f"{flag} '{value}' is not a Kubernetes quantity; write it like 8, 500m or 32Gi")
     if not options.model.startswith("/"):
-        raise ConfigError(f"--model '{options.model}' must be an absolute path (where the model is in the container)")
+        raise ConfigError(
+            f"--model '{options.model}' must be an absolute path (where the model is in the container); "
+            "start it with /, e.g. /models/qwen"
+        )
     return name, arch
 
 
@@ -442,7 +453,9 @@ def verify_before_deploy(
         try:
             return path.read_bytes()
         except OSError as exc:
-            raise ConfigError(f"cannot read public key {path}: {exc.strerror}") from None
+            raise ConfigError(
+                f"cannot read public key {path}: {exc.strerror}; give a readable public key file (PEM)"
+            ) from None
 
     sm2 = [load_sm2_public_key(read(p), source=str(p)) for p in sm2_keys]
     cosign = [load_cosign_public_key(read(p), source=str(p)) for p in cosign_keys]

@@ -347,7 +347,10 @@ def standin_ref(original_ref: str, registry: str = DEFAULT_REGISTRY, variant: st
     """
     registry = registry.strip().rstrip("/")
     if not registry or "://" in registry:
-        raise ConfigError(f"registry {registry!r} must be a host[:port][/path], without a scheme")
+        raise ConfigError(
+            f"registry {registry!r} must be a host[:port][/path], without a scheme; "
+            "write it like 127.0.0.1:5000/standin"
+        )
     ref = parse_ref(original_ref)
     host = ref.registry.lower().replace(":", "_")
     tag = ref.tag or ref.digest.replace(":", "-")  # type: ignore[union-attr]  # parse_ref: one is set
@@ -436,7 +439,10 @@ def mirror_sources(mirror: str) -> Path:
     /etc/apt/sources.list.d/0000debian.sources, the same name a Debian host's sources get.
     """
     if not _MIRROR_URL.fullmatch(mirror):
-        raise ConfigError(f"{MIRROR_ENV}={mirror!r} is not an http:// or https:// URL of a Debian archive")
+        raise ConfigError(
+            f"{MIRROR_ENV}={mirror!r} is not an http:// or https:// URL of a Debian archive; set it like "
+            "http://deb.debian.org/debian, or unset it"
+        )
     if not DEBIAN_KEYRING.is_file():
         raise EnvironmentProblem(
             f"{DEBIAN_KEYRING} is missing: install debian-archive-keyring (scripts/provision.sh does)"
@@ -902,7 +908,9 @@ def _refs_from_args(args: argparse.Namespace) -> list[str]:
     if args.matrix is not None or args.target or not refs:
         refs += matrix_bases(args.matrix or Path("matrix.yaml"), args.target)
     if not refs:
-        raise ConfigError("no base images: the matrix has no targets and no --image was given")
+        raise ConfigError(
+            "no base images: the matrix has no targets and no --image was given; pass --image REF or --matrix FILE"
+        )
     return _dedupe(refs)
 
 

@@ -46,7 +46,7 @@ import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any
 
 from ocicore import media
 from ocicore.errors import RegistryError
@@ -54,9 +54,7 @@ from ocicore.registry import Manifest, Reference, RegistryClient, RegistryNotFou
 from xcforge.bake.result import BuildResult
 from xcforge.console import say
 from xcforge.errors import KNOWN_ERRORS, BuildFailed, ConfigError, exit_code
-
-if TYPE_CHECKING:
-    from xcforge.bake.stage import BuildRequest
+from xcforge.publish.options import ZstdOptions
 
 LAYER_GZIP = "application/vnd.oci.image.layer.v1.tar+gzip"
 LAYER_TAR = "application/vnd.oci.image.layer.v1.tar"
@@ -473,11 +471,10 @@ def publish_zstd(
     return PublishOutcome(result.target, (variant.as_dict(),), (note,))
 
 
-def publish_results(results: list[BuildResult], request: BuildRequest) -> list[PublishOutcome]:
+def publish_results(results: list[BuildResult], options: ZstdOptions) -> list[PublishOutcome]:
     """The publish stage of `build --push --zstd`: each pushed result's zstd variant."""
-    work = request.options.dist_dir / ".cache" / "zstd"
-    work.mkdir(parents=True, exist_ok=True)
-    return [publish_zstd(r, work_dir=work) for r in results if not r.error and r.digest]
+    options.work_dir.mkdir(parents=True, exist_ok=True)
+    return [publish_zstd(r, work_dir=options.work_dir) for r in results if not r.error and r.digest]
 
 
 def variant(result: BuildResult, compression: str = COMPRESSION) -> dict[str, Any] | None:

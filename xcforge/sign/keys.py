@@ -30,16 +30,25 @@ def ask_password(env: str, what: str, *, confirm: bool = False) -> str | None:
         return None
     first = getpass.getpass(f"password for {what}: ")
     if confirm and getpass.getpass(f"again, password for {what}: ") != first:
-        raise ConfigError("the passwords did not match")
+        raise ConfigError("the passwords did not match; run it again and type the same password twice")
     return first
 
 
 def _key_bytes(path: Path | None, env: str, what: str) -> tuple[bytes, str] | None:
     if path is not None:
+        flag = "--sm2-key" if env == SM2_KEY_ENV else "--cosign-key"
+        if not path.exists():
+            raise ConfigError(
+                f"{flag} {path}: no such file; give the {what} file, or create one with `python build.py keygen`"
+            )
+        if not path.is_file():
+            raise ConfigError(f"{flag} {path}: not a file; give the {what} file")
         try:
             return path.read_bytes(), str(path)
         except OSError as exc:
-            raise ConfigError(f"cannot read {what} {path}: {exc.strerror}") from exc
+            raise ConfigError(
+                f"{flag} {path}: cannot read it ({exc.strerror}); make it readable by this user"
+            ) from None
     pem = os.environ.get(env)
     if pem:
         not_a_path(pem, env, what)

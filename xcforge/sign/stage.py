@@ -16,14 +16,14 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 from signing.audit import AuditLog
 from xcforge.bake.result import BuildResult
-from xcforge.errors import KNOWN_ERRORS, ConfigError, exit_code
+from xcforge.errors import KNOWN_ERRORS, exit_code
+from xcforge.sign.options import SigningKeys, SignOptions
 
 if TYPE_CHECKING:  # signing's schemes load when something is signed
     from signing.cosign_keys import CosignPrivateKey
     from signing.keyless import KeylessRecord
     from signing.sign import AttestationRecord, SignatureRecord
     from signing.sm2_keys import Sm2PrivateKey
-    from xcforge.bake.stage import BuildRequest
 
     # What sign_subject returns, one per signature, attestation or keyless signature made.
     SignedRecord = SignatureRecord | AttestationRecord | KeylessRecord
@@ -67,18 +67,6 @@ def record_variants(results: list[BuildResult], dist: Path, log: AuditLog | None
                     "tags": ",".join(variant.get("refs", [])),
                 },
             )
-
-
-@dataclass(frozen=True)
-class SigningKeys:
-    sm2: Sm2PrivateKey | None = None
-    cosign: CosignPrivateKey | None = None
-    sm2_dist_id: bytes = b"1234567812345678"  # GB/T 32918's default user ID
-    keyless: bool = False
-
-    @property
-    def any_key(self) -> bool:
-        return self.sm2 is not None or self.cosign is not None
 
 
 @dataclass
@@ -200,19 +188,11 @@ class SignOutcome:
     error_code: int = 0
 
 
-def sign_results(results: list[BuildResult], request: BuildRequest) -> list[SignOutcome]:
-    """The sign stage of `build --sign`: each built result's digests, SBOMs and provenance."""
-    from xcforge.sign.keys import load_cosign_signing_key, load_sm2_signing_key
-
-    keys = SigningKeys(
-        sm2=load_sm2_signing_key(request.sm2_key),
-        cosign=load_cosign_signing_key(request.cosign_key),
-        keyless=request.keyless,
-    )
-    if not keys.any_key and not keys.keyless:
-        raise ConfigError("--sign needs --sm2-key and/or --cosign-key (or $XCFORGE_SM2_KEY / $XCFORGE_COSIGN_KEY)")
-    audit = audit_log(request.options.dist_dir)
-    return [sign_recorded(result, keys, audit) for result in results if not result.error and result.digest]
+def sign_results(results: list[BuildResult], options: SignOptions) -> list[SignOutcome]:
+    """The sign stage of `build --sign`: each built result's digests, SBOMs and provenance, with the
+    keys the command line resolved (sign/options.py) before the first build started."""
+    audit = audit_log(options.dist_dir)
+    return [sign_recorded(result, options.keys, audit) for result in results if not result.error and result.digest]
 
 
 def sign_recorded(result: BuildResult, keys: SigningKeys, audit: AuditLog | None) -> SignOutcome:

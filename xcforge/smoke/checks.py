@@ -35,12 +35,12 @@ from xcforge.paths import REPO_ROOT
 from xcforge.shell import run
 from xcforge.smoke import containers
 from xcforge.smoke.containers import RunSpec
+from xcforge.smoke.options import SmokeOptions
 
 if TYPE_CHECKING:
     from openai import OpenAI
 
     from xcforge.bake.result import BuildResult
-    from xcforge.bake.stage import BuildRequest
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"
 TINY_MODEL_SCRIPT = REPO_ROOT / "tools" / "make_tiny_model.py"
@@ -612,7 +612,7 @@ def smoke_outcome(target: str, checks: list[SmokeCheck], *, device: bool) -> Smo
     return SmokeOutcome(target, tuple(asdict(c) for c in checks), levels, error, SmokeFailed.exit_code if failed else 0)
 
 
-def smoke_results(results: Iterable[BuildResult], request: BuildRequest) -> list[SmokeOutcome]:
+def smoke_results(results: Iterable[BuildResult], options: SmokeOptions) -> list[SmokeOutcome]:
     """The smoke stage of `build --smoke`: every built or skipped result, one outcome each."""
     from xcforge.bake.docker_env import check_docker
 
@@ -621,7 +621,7 @@ def smoke_results(results: Iterable[BuildResult], request: BuildRequest) -> list
     for result in results:
         if result.error or not result.digest:
             continue
-        target = request.matrix.targets[result.target]
+        target = options.matrix.targets[result.target]
         ref = f"{result.image_repo}@{result.digest}" if result.output.pushes else result.refs[0]
         subject = SmokeSubject(
             target=target,

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import NoReturn, TypedDict
 
 from xcforge_engine import __version__, log
-from xcforge_engine.backends import resolve_backend
+from xcforge_engine.backends import BACKENDS, preset_book, resolve_backend
 from xcforge_engine.doctor import build_report, render_text
 from xcforge_engine.dtype_probe import affinity_runner, subprocess_runner
 from xcforge_engine.environment import truthy
@@ -28,7 +28,6 @@ from xcforge_engine.health import DEFAULT_TIMEOUT, check_health, health_url
 from xcforge_engine.host import Host
 from xcforge_engine.image import ImageFacts, load_image_facts
 from xcforge_engine.install_check import check_install
-from xcforge_engine.presets import BACKENDS, load_presets
 from xcforge_engine.serve import (
     log_plan,
     parse_serve_args,
@@ -99,7 +98,7 @@ class Launcher:
     def software(self) -> Software:
         if self._software is None:
             backend, _ = resolve_backend(self.image, self.env, self.host)
-            self._software = detect_software(backend.name)
+            self._software = detect_software(backend.name, backend.distributions)
         return self._software
 
     def identity(self) -> str:
@@ -179,10 +178,10 @@ class Launcher:
     def presets(self, argv: Sequence[str]) -> int:
         parser = _Parser(prog="xcforge-engine presets")
         parser.add_argument("name", nargs="?", help="show one preset's arguments on every backend")
-        parser.add_argument("--backend", choices=BACKENDS, help="only this backend")
+        parser.add_argument("--backend", choices=tuple(BACKENDS), help="only this backend")
         parser.add_argument("--json", action="store_true")
         opts = parser.parse_args(argv)
-        book = load_presets()
+        book = preset_book()
         arch = self.host.arch()
         chosen = [book.get(opts.name)] if opts.name else list(book.presets.values())
         backends = [opts.backend] if opts.backend else list(BACKENDS)

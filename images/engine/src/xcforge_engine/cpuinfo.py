@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from xcforge_engine.auxv import auxv_features
 from xcforge_engine.host import Host
 
 # aarch64 "CPU implementer" codes (MIDR_EL1[31:24]) of the cores this project meets.
@@ -76,10 +77,8 @@ def read_cpuinfo(host: Host) -> CpuInfo:
         flags = first("Features") or ""
         # The kernel's hardware capabilities are what the CPU executes; under QEMU user emulation
         # they follow QEMU_CPU while /proc/cpuinfo describes the x86 host.
-        from xcforge_engine.isa import _auxv_features
-
         raw = host.read_bytes("/proc/self/auxv")
-        hwcap = _auxv_features(raw) if raw else None
+        hwcap = auxv_features(raw) if raw else None
         if hwcap is not None:
             flags, source = " ".join(sorted(hwcap)), "auxv"
         implementer = (first("CPU implementer") or "").lower()

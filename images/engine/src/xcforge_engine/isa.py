@@ -13,7 +13,6 @@ QEMU_CPU while /proc/cpuinfo shows the x86 host. x86_64 features come from /proc
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypedDict
 
@@ -24,62 +23,6 @@ from xcforge_engine.image import ImageFacts
 if TYPE_CHECKING:  # backends.base imports this module: Finding is imported where it is made
     from xcforge_engine.backends.base import Finding
 
-AT_HWCAP, AT_HWCAP2 = 16, 26
-# Linux arch/arm64/include/uapi/asm/hwcap.h: bit → the name /proc/cpuinfo prints.
-_HWCAP = [
-    "fp",
-    "asimd",
-    "evtstrm",
-    "aes",
-    "pmull",
-    "sha1",
-    "sha2",
-    "crc32",
-    "atomics",
-    "fphp",
-    "asimdhp",
-    "cpuid",
-    "asimdrdm",
-    "jscvt",
-    "fcma",
-    "lrcpc",
-    "dcpop",
-    "sha3",
-    "sm3",
-    "sm4",
-    "asimddp",
-    "sha512",
-    "sve",
-    "asimdfhm",
-    "dit",
-    "uscat",
-    "ilrcpc",
-    "flagm",
-    "ssbs",
-    "sb",
-    "paca",
-    "pacg",
-]
-_HWCAP2 = [
-    "dcpodp",
-    "sve2",
-    "sveaes",
-    "svepmull",
-    "svebitperm",
-    "svesha3",
-    "svesm4",
-    "flagm2",
-    "frint",
-    "svei8mm",
-    "svef32mm",
-    "svef64mm",
-    "svebf16",
-    "i8mm",
-    "bf16",
-    "dgh",
-    "rng",
-    "bti",
-]
 # The architecture level a set of features amounts to (the highest whose marks are all there).
 _ARM_LEVELS = (
     ("armv8.6-a", {"bf16", "i8mm"}),
@@ -107,19 +50,6 @@ class CpuIsa:
 
     def missing(self, required: list[str]) -> list[str]:
         return [name for name in required if name not in self.features]
-
-
-def _auxv_features(raw: bytes) -> set[str] | None:
-    """Feature names from an auxv blob (pairs of native unsigned longs, little-endian on arm64)."""
-    if len(raw) < 16:
-        return None
-    words = struct.unpack(f"<{len(raw) // 8}Q", raw[: len(raw) // 8 * 8])
-    caps = {words[i]: words[i + 1] for i in range(0, len(words) - 1, 2)}
-    if AT_HWCAP not in caps:
-        return None
-    found = {name for bit, name in enumerate(_HWCAP) if caps[AT_HWCAP] >> bit & 1}
-    found |= {name for bit, name in enumerate(_HWCAP2) if caps.get(AT_HWCAP2, 0) >> bit & 1}
-    return found
 
 
 def read_isa(cpu: CpuInfo) -> CpuIsa:

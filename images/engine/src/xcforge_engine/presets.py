@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
@@ -17,20 +18,6 @@ from xcforge_engine.args import to_argv
 from xcforge_engine.errors import UsageError
 
 STATUSES = ("ok", "unverified", "unsupported")
-
-
-def backend_names() -> tuple[str, ...]:
-    """The backends (modules of xcforge_engine.backends), in their listing order."""
-    from xcforge_engine.backends import BACKENDS as known  # the backends import this module
-
-    return tuple(known)
-
-
-def __getattr__(name: str) -> tuple[str, ...]:
-    # `BACKENDS` is computed on first use: the backends package imports this module.
-    if name == "BACKENDS":
-        return backend_names()
-    raise AttributeError(name)
 
 
 @dataclass(frozen=True)
@@ -128,9 +115,9 @@ class PresetBook:
         return Expansion(preset, backend, support, settings, note)
 
 
-def _validate(data: dict[str, Any]) -> None:
+def _validate(data: dict[str, Any], backends: tuple[str, ...]) -> None:
     """The packaged file is ours; a mistake in it must fail the tests, not a start in production."""
-    BACKENDS = backend_names()
+    BACKENDS = backends
     families = data["families"]
     for fam_name, fam in families.items():
         unknown = set(fam.get("args", {})) - {"all", *BACKENDS}
@@ -156,12 +143,9 @@ def _validate(data: dict[str, Any]) -> None:
             raise ValueError(f"preset {name}: tp names an unknown backend (known: {BACKENDS})")
 
 
-def _add_declared(data: dict[str, Any]) -> None:
+def _add_declared(data: dict[str, Any], declared: Mapping[str, PresetSizing | None]) -> None:
     """Fill in the columns of backends that declare their sizing (`presets`) instead of having one."""
-    from xcforge_engine.backends import BACKENDS as known
-
-    for name, backend in known.items():
-        sizing: PresetSizing | None = getattr(backend, "presets", None)
+    for name, sizing in declared.items():
         if sizing is None or name in data["reference_devices"]:
             continue
         data["reference_devices"][name] = sizing.reference_device
@@ -181,11 +165,14 @@ def _add_declared(data: dict[str, Any]) -> None:
                 entry["tp"][name] = entry["tp"][sizing.like]
 
 
-def load_presets() -> PresetBook:
+def load_presets(declared: Mapping[str, PresetSizing | None]) -> PresetBook:
+    """The packaged presets for the backends in `declared` (name → the sizing a backend declares, or
+    None: its column is in data/presets.json). The backends package passes them
+    (`backends.preset_book`): this module does not import the backends, which import it."""
     text = resources.files("xcforge_engine").joinpath("data/presets.json").read_text(encoding="utf-8")
     data = json.loads(text)
-    _add_declared(data)
-    _validate(data)
+    _add_declared(data, declared)
+    _validate(data, tuple(declared))
     presets = {
         entry["name"]: Preset(
             name=entry["name"],

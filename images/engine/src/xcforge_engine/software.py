@@ -83,14 +83,9 @@ def torch_build_cuda() -> str | None:
     return None
 
 
-def backend_distributions(backend: str) -> tuple[str, ...]:
-    from xcforge_engine.backends import BACKENDS  # the backends import this module
-
-    known = BACKENDS.get(backend)
-    return known.distributions if known else ()
-
-
-def detect_software(backend: str) -> Software:
+def detect_software(backend: str, distributions: tuple[str, ...] = ()) -> Software:
+    """What is installed for `backend`; `distributions` are the vendor packages whose versions it
+    reports (the backend's own `distributions`, passed by the caller: the backends import this module)."""
     vllm_dist = next((name for name in VLLM_DISTRIBUTIONS if dist_version(name)), None)
     try:
         importable = importlib.util.find_spec("vllm") is not None
@@ -103,6 +98,6 @@ def detect_software(backend: str) -> Software:
         torch=dist_version("torch"),
         torch_cuda=torch_build_cuda() if backend == "cuda" else None,
         vllm_importable=importable,
-        extras={name: dist_version(name) for name in backend_distributions(backend)},
+        extras={name: dist_version(name) for name in distributions},
         server=shutil.which(SERVER_BINARIES[backend]) if backend in SERVER_BINARIES else None,
     )

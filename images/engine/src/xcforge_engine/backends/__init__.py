@@ -10,6 +10,7 @@ from xcforge_engine.backends.base import Backend, Finding, Setting
 from xcforge_engine.errors import UsageError
 from xcforge_engine.host import Host
 from xcforge_engine.image import ImageFacts
+from xcforge_engine.presets import PresetBook, PresetSizing, load_presets
 
 # Modules of this package that are not backends.
 _NOT_BACKENDS = frozenset({"base"})
@@ -38,7 +39,16 @@ CPU = BACKENDS["cpu"]
 # A control node that only exists when the vendor's devices were passed in (backends with a probe).
 _PROBES = tuple((b.name, b.probe) for b in BACKENDS.values() if b.probe)
 
-__all__ = ["BACKENDS", "Backend", "Finding", "Setting", "discover", "resolve_backend"]
+__all__ = ["BACKENDS", "Backend", "Finding", "Setting", "discover", "preset_book", "resolve_backend"]
+
+
+def preset_book() -> PresetBook:
+    """The packaged presets with a column for every backend here: a backend without one in
+    data/presets.json declares its sizing (`presets`, a PresetSizing) in its module."""
+    declared: dict[str, PresetSizing | None] = {
+        name: getattr(backend, "presets", None) for name, backend in BACKENDS.items()
+    }
+    return load_presets(declared)
 
 
 def resolve_backend(image: ImageFacts, env: Mapping[str, str], host: Host) -> tuple[Backend, str]:

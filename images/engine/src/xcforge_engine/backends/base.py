@@ -163,7 +163,7 @@ class Backend(Protocol):
     def derive(self, given: DeriveInput) -> list[Setting]: ...
 
 
-def _access_finding(host: Host, check_id: str, nodes: list[str]) -> Finding | None:
+def access_finding(host: Host, check_id: str, nodes: list[str]) -> Finding | None:
     """Device nodes that exist but this uid cannot open: vendor nodes are often 0660 to a group
     (Ascend's HwHiAiUser), which a non-root image user must be added to."""
     closed = [node for node in nodes if not host.openable(node)]
@@ -182,7 +182,7 @@ def _access_finding(host: Host, check_id: str, nodes: list[str]) -> Finding | No
 
 def device_finding(host: Host, check_id: str, path: str, flags: tuple[str, ...], remedy: str = "") -> Finding:
     if host.is_device(path):
-        return _access_finding(host, check_id, [path]) or Finding(check_id, OK, f"{path} present")
+        return access_finding(host, check_id, [path]) or Finding(check_id, OK, f"{path} present")
     return Finding(check_id, ERROR, f"{path} is missing", remedy, flags, subject=path)
 
 
@@ -191,7 +191,7 @@ def numbered_finding(
 ) -> Finding:
     nodes = host.numbered(prefix)
     if nodes:
-        return _access_finding(host, check_id, nodes) or Finding(
+        return access_finding(host, check_id, nodes) or Finding(
             check_id, OK, f"{len(nodes)} present: {', '.join(nodes)}"
         )
     return Finding(check_id, missing, f"no {prefix}<N> device", remedy, flags, subject=f"{prefix}<N>")

@@ -22,7 +22,7 @@ from xcforge_engine.backends.base import (
     DeriveInput,
     Finding,
     Setting,
-    _access_finding,
+    access_finding,
     file_finding,
     image_part_finding,
     numbered_finding,
@@ -84,7 +84,7 @@ def dri_finding(host: Host) -> Finding:
             (f"--device {DRI}",),
             subject=f"{DRI}/renderD<N>",
         )
-    return _access_finding(host, "musa.device.dri", nodes) or Finding(
+    return access_finding(host, "musa.device.dri", nodes) or Finding(
         "musa.device.dri", OK, f"{len(nodes)} present: {', '.join(nodes)}"
     )
 

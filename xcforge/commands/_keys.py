@@ -1,0 +1,59 @@
+"""The key flags every signing command shares (`build`, `sign`, `verify`, `promote`, `audit`,
+`bundle`, `import`), declared once: the same names, the same environment fallbacks in the help.
+
+Private keys are one file each (or PEM text in $XCFORGE_SM2_KEY / $XCFORGE_COSIGN_KEY); public keys
+are trusted keys, repeatable. Passwords never come from flags (shell history, `ps`): the
+environment or a terminal prompt (xcforge/sign/keys.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Literal
+
+from xcforge.sign.keys import COSIGN_KEY_ENV, SM2_KEY_ENV
+from xcforge.sign.options import DEFAULT_SM2_DIST_ID
+
+Scheme = Literal["sm2", "cosign"]
+
+
+def add_private_keys(
+    parser: argparse.ArgumentParser,
+    purpose: str,
+    *,
+    schemes: tuple[Scheme, ...] = ("sm2", "cosign"),
+    distid: bool = False,
+) -> None:
+    """--sm2-key / --cosign-key FILE: the private keys to sign with, `purpose` saying for what."""
+    if "sm2" in schemes:
+        parser.add_argument(
+            "--sm2-key", type=Path, help=f"SM2 private key (PEM/DER PKCS#8, or PEM in ${SM2_KEY_ENV}) {purpose}"
+        )
+    if "cosign" in schemes:
+        parser.add_argument(
+            "--cosign-key", type=Path, help=f"cosign private key (or PEM in ${COSIGN_KEY_ENV}) {purpose}"
+        )
+    if distid:
+        add_distid(parser, "to sign with")
+
+
+def add_public_keys(parser: argparse.ArgumentParser, whose: str, *, distid: bool = True) -> None:
+    """--sm2-key / --cosign-key FILE (repeatable): the public keys trusted, `whose` saying whose."""
+    parser.add_argument(
+        "--sm2-key", type=Path, action="append", default=[], help=f"{whose} SM2 public key (repeatable)"
+    )
+    parser.add_argument(
+        "--cosign-key", type=Path, action="append", default=[], help=f"{whose} cosign public key (repeatable)"
+    )
+    if distid:
+        add_distid(parser, "to verify with")
+
+
+def add_distid(parser: argparse.ArgumentParser, use: str) -> None:
+    parser.add_argument(
+        "--sm2-distid", default=DEFAULT_SM2_DIST_ID, help=f"SM2 distinguishing ID {use} (GB/T 32918 default)"
+    )
+
+
+__all__ = ["add_distid", "add_private_keys", "add_public_keys"]
