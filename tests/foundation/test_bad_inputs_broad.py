@@ -533,8 +533,8 @@ MATRIX_CASES += [
         "matrix-defaults-key-misspelt",
         LIST,
         2,
-        "defaults.pyhton (inherited by targets.cuda, targets.ascend, targets.mlu, targets.musa, targets.cpu, "
-        "targets.feiteng): unknown key (did you mean 'python'?)",
+        "defaults.pyhton (inherited by targets.cuda, targets.ascend, targets.ascend-vendor, targets.mlu, "
+        "targets.musa, targets.cpu, targets.feiteng): unknown key (did you mean 'python'?)",
         matrix=lambda raw: raw["defaults"].__setitem__("pyhton", raw["defaults"].pop("python")),
     ),
     Case(
