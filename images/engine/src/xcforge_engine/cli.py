@@ -42,7 +42,7 @@ from xcforge_engine.software import Software, detect_software
 from xcforge_engine.supervise import run_supervised
 
 USAGE = """\
-usage: xcforge-engine [--debug] [serve] [--preset NAME] [--dry-run] [vLLM arguments...]
+usage: xcforge-engine [--debug] [serve] [--preset NAME] [--model-key PUB.pem] [--dry-run] [vLLM arguments...]
        xcforge-engine [--debug] doctor [--json] [--model PATH]
        xcforge-engine [--debug] healthcheck [--timeout SECONDS] [--port N | --url URL]
        xcforge-engine [--debug] presets [NAME] [--backend BACKEND] [--json]
@@ -54,7 +54,9 @@ Arguments that do not start with a subcommand are serve's: vLLM's own arguments,
 unchanged (a leading model path becomes --model); a first argument that names a program on PATH
 (`docker run IMAGE python3 -c ...`) runs that program instead. Exit codes: 0 ok, 1 unhealthy or
 internal error, 2 usage, 3 preflight/doctor error, 4 no engine in this image (stand-in build),
-5 check-install failed.
+5 check-install failed, 6 model refused (signature, a file's hash, or it does not fit this image).
+--model-key FILE (or XCFORGE_MODEL_KEY): serve only a signed model (`build.py model unpack`) whose
+signature and every file verify against that key, before the engine starts (docs/models.md).
 Set XCFORGE_DEBUG=1 (or --debug) to see tracebacks."""
 
 
