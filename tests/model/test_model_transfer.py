@@ -46,7 +46,8 @@ def test_a_model_bundle_and_its_delta_import_verified_and_serve_after_the_check(
             return f"{repo}/qwen-t@{digest}"
 
         first = publish("1")
-        cli(capsys, "bundle", first, "--out", tmp_path / "b1.tar", *sign, "--json", tmp_path / "b1.json", "--no-audit")
+        cli(capsys, "bundle", "--model", first, "--out", tmp_path / "b1.tar", *sign, "--json", tmp_path / "b1.json",
+            "--report", tmp_path / "no-report", "--no-audit")  # fmt: skip
         # Version 2: one shard retrained; the other chunks are already inside.
         write_safetensors(model / "model-00002-of-00002.safetensors", {"lm_head": ("BF16", [256, 512])})
         second = publish("2")
