@@ -220,3 +220,36 @@ def test_pushed_model_is_signed_in_the_registry_and_cosign_accepts_it(tmp_path, 
         assert code == 0, err
         assert (dest / "zeros.bin").read_bytes() == bytes(MiB + 7)
         assert (dest / RECORD_DIR / "signatures" / "sm2.json").is_file()
+
+
+def test_the_standalone_verifier_needs_only_python_and_openssl(tmp_path, capsys, keys, other_keys):
+    model = safetensors_model(tmp_path / "m", big=MiB + 5)
+    archive = pack(capsys, model, tmp_path, "--chunk-size", "1M", "--sm2-key", keys.sm2_key, "--cosign-key",
+                   keys.cosign_key, "--no-audit")  # fmt: skip
+    dest = tmp_path / "unpacked"
+    assert main(["model", "unpack", str(archive), str(dest), "--no-audit"]) == 0
+    tool = Path(__file__).resolve().parents[2] / "tools" / "verify-model.py"
+
+    def check(target: Path, *key_args: str | Path) -> tuple[int, str]:
+        done = subprocess.run(
+            ["python3", "-I", str(tool), str(target), *map(str, key_args)],
+            capture_output=True, text=True, timeout=120, check=False, cwd=tmp_path,
+        )  # fmt: skip
+        return done.returncode, done.stdout
+
+    for target in (archive, dest):
+        code, out = check(target, "--sm2-key", keys.sm2_pub, "--cosign-key", keys.cosign_pub)
+        assert code == 0 and "VERIFIED" in out, out
+        code, out = check(target, "--sm2-key", other_keys.sm2_pub)
+        assert code == 1 and "REFUSED: no valid sm2 signature" in out
+    (dest / "extra.txt").write_text("x")
+    code, out = check(dest, "--sm2-key", keys.sm2_pub)
+    assert code == 1 and "extra file extra.txt" in out
+    with tarfile.open(archive) as tar:
+        member = next(m for m in tar.getmembers() if m.size == MiB)
+    with archive.open("r+b") as fh:
+        fh.seek(member.offset_data + 7)
+        fh.write(b"\xff")
+    code, out = check(archive, "--cosign-key", keys.cosign_pub)
+    assert code == 1 and f"{member.name} differs from its digest" in out
+    assert check(archive)[0] == 2
