@@ -202,3 +202,62 @@ def test_the_launcher_exits_6_in_one_line_and_starts_nothing(tmp_path, safetenso
         assert done.returncode == 6, done.stderr
         assert len(errors) == 1 and words in errors[0] and "Traceback" not in done.stderr
         assert done.stdout == ""  # no plan printed: nothing would be started
+
+
+def test_quantization_fit_follows_the_presets_rules(tmp_path):
+    from xcforge_engine.presets import load_presets
+
+    rules = load_presets().quantization
+    awq = {"name": "q", "tag": "1", "format": "safetensors", "quantization": {"method": "awq", "bits": 4}}
+    assert "ascend backend cannot serve it" in str(fit_problem(awq, "safetensors", "ascend", quantization_rules=rules))
+    assert "targets that serve AWQ: cuda" in str(fit_problem(awq, "safetensors", "ascend", quantization_rules=rules))
+    gptq = {**awq, "quantization": {"method": "gptq", "bits": 4}}
+    assert "only on x86_64, not aarch64" in str(
+        fit_problem(gptq, "safetensors", "cpu", arch="aarch64", quantization_rules=rules)
+    )
+    assert fit_problem(gptq, "safetensors", "cpu", arch="x86_64", quantization_rules=rules) is None
+    big = {"name": "q", "tag": "1", "format": "safetensors", "total_size": 40 * 2**30}
+    assert "more than the 32.0 GiB" in str(fit_problem(big, "safetensors", "cpu", memory_bytes=32 * 2**30))
+
+
+def test_fetch_model_pulls_a_pushed_artifact_then_serve_verifies_it(tmp_path, keys, other_keys):
+    from tests.registry_process import RegistryProcess
+
+    model = safetensors_model(tmp_path / "src", big=1024 * 1024 + 9)
+    env = {
+        "PATH": os.environ["PATH"],
+        "PYTHONPATH": str(REPO / "images" / "engine" / "src"),
+        "XCFORGE_VERIFY_CACHE": str(tmp_path / "cache"),
+        "XCFORGE_MODEL_STORE": str(tmp_path / "store"),
+        "XCFORGE_STATE_DIR": str(tmp_path / "state"),
+    }
+
+    def engine(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "xcforge_engine", *args], env=env, capture_output=True, text=True, timeout=120,
+            check=False,
+        )  # fmt: skip
+
+    with RegistryProcess() as registry:
+        repo = f"{registry.address}/wt34-fetch"
+        argv = ["model", "pack", str(model), "--name", "fetched:1", "--dist", str(tmp_path / "d"), "--chunk-size", "1M"]
+        assert xcforge_main([*argv, "--registry", repo, "--push", "--sm2-key", str(keys.sm2_key), "--no-audit"]) == 0
+        archive = next((tmp_path / "d" / "models").glob("*.tar"))
+        from xcforge.model.artifact import read_archive
+
+        digest = read_archive(archive).digest
+        ref = f"oci://{repo}/fetched@{digest}"
+        done = engine("fetch-model", ref, str(tmp_path / "init"), "--model-key", str(keys.sm2_pub))
+        assert done.returncode == 0, done.stderr
+        assert (tmp_path / "init" / "zeros.bin").stat().st_size == 1024 * 1024 + 9
+        done = engine("fetch-model", ref, str(tmp_path / "bad"), "--model-key", str(other_keys.sm2_pub))
+        assert done.returncode == 6 and "no valid sm2 signature" in done.stderr
+        assert not (tmp_path / "bad").exists()  # nothing left to serve
+        done = engine("fetch-model", ref.replace("@sha256:", ":"), str(tmp_path / "tag"))
+        assert done.returncode == 6 and "a digest, not a tag" in done.stderr
+        done = engine("serve", "--dry-run", "--model", ref, "--model-key", str(keys.sm2_pub))
+        assert done.returncode == 0, done.stderr
+        local = str(tmp_path / "store" / digest.removeprefix("sha256:"))
+        plan = json.loads(done.stdout)
+        assert plan["argv"][plan["argv"].index("--model") + 1] == local
+        assert any("verified" in n for n in plan["notes"])

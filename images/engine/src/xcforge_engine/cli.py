@@ -16,6 +16,7 @@ import shutil
 import sys
 import traceback
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import NoReturn, TypedDict
 
 from xcforge_engine import __version__, log
@@ -47,6 +48,7 @@ usage: xcforge-engine [--debug] [serve] [--preset NAME] [--model-key PUB.pem] [-
        xcforge-engine [--debug] healthcheck [--timeout SECONDS] [--port N | --url URL]
        xcforge-engine [--debug] presets [NAME] [--backend BACKEND] [--json]
        xcforge-engine [--debug] version [--json]
+       xcforge-engine [--debug] fetch-model oci://REGISTRY/REPO@sha256:… DIR [--model-key PUB.pem]
        xcforge-engine [--debug] check-install [--no-write]
        xcforge-engine PROGRAM [ARGS...]      (any program on PATH, in the vendor's environment)
 
@@ -158,6 +160,32 @@ class Launcher:
         )
         print(json.dumps(report, indent=2) if opts.json else render_text(report))
         return int(report["exit_code"])
+
+    def fetch_model(self, argv: Sequence[str]) -> int:
+        """`fetch-model oci://R/REPO@sha256:… DIR [--model-key PUB]`: the init container's step."""
+        from xcforge_engine.modelfetch import fetch
+        from xcforge_engine.modelverify import key_paths, load_key, verify_model
+
+        parser = _Parser(prog="xcforge-engine fetch-model", add_help=True)
+        parser.add_argument("ref", help="oci://REGISTRY/REPO@sha256:<digest> of a model artifact")
+        parser.add_argument("dest", help="a new or empty directory")
+        parser.add_argument("--model-key", action="append", default=[], help="verify with this public key (PEM)")
+        opts = parser.parse_args(argv)
+        dest = Path(opts.dest)
+        paths = key_paths(opts.model_key, self.env)
+        keys = [load_key(p) for p in paths]  # a bad key is refused before anything is downloaded
+        digest = fetch(opts.ref, dest, self.env)
+        if keys:
+            try:
+                verified = verify_model(dest, keys, self.env)
+            except EngineError:
+                shutil.rmtree(dest, ignore_errors=True)
+                raise
+            log.info(verified.note())
+        else:
+            log.warning(f"{opts.ref}: fetched without a key; serve --model-key verifies it before starting")
+        print(f"{opts.ref} → {dest} ({digest})")
+        return 0
 
     def healthcheck(self, argv: Sequence[str]) -> int:
         parser = _Parser(prog="xcforge-engine healthcheck")
@@ -294,6 +322,7 @@ COMMANDS: dict[str, Callable[[Launcher, Sequence[str]], int]] = {
     "check-install": _check_install,
     "serve": Launcher.serve,
     "doctor": Launcher.doctor,
+    "fetch-model": Launcher.fetch_model,
     "healthcheck": Launcher.healthcheck,
     "presets": Launcher.presets,
     "version": Launcher.version,

@@ -381,19 +381,57 @@ def verify_model(model: Path, keys: Iterable[TrustedKey], env: Mapping[str, str]
 # ------------------------------------------------------------------------------------------ fit
 
 
-def fit_problem(config: Mapping[str, Any], model_format: str, backend: str) -> str | None:
-    """Why this image cannot serve the model (with the target that can), or None."""
+GGUF_REMEDY = "the feiteng (llama.cpp) image"
+SAFETENSORS_REMEDY = "a vLLM image (cpu, cuda, ascend)"
+
+
+def fit_problem(
+    config: Mapping[str, Any],
+    model_format: str,
+    backend: str,
+    *,
+    arch: str | None = None,
+    quantization_rules: Mapping[str, Mapping[str, Any]] | None = None,
+    memory_bytes: int | None = None,
+    gguf_remedy: str = GGUF_REMEDY,
+    safetensors_remedy: str = SAFETENSORS_REMEDY,
+) -> str | None:
+    """Why an image of `backend` cannot serve the model the signed config describes (with the remedy),
+    or None. The quantization rules are presets.json's (the same ones `--preset` obeys): a method with
+    no rule for the backend, or one marked unsupported or limited to other architectures, is refused."""
     fmt = str(config.get("format") or "")
     name = f"{config.get('name')}:{config.get('tag')}"
     quant = config.get("quantization") or {}
     if fmt == "gguf" and model_format != "gguf":
         return (
-            f"model {name} is GGUF ({quant.get('type', '?')}); this image's {backend} backend serves safetensors "
-            "with vLLM: serve it with the feiteng (llama.cpp) image, or pack the safetensors model"
+            f"model {name} is GGUF ({quant.get('type', '?')}); the {backend} backend serves safetensors with "
+            f"vLLM: serve it with {gguf_remedy}, or pack the safetensors model"
         )
     if fmt != "gguf" and model_format == "gguf":
         return (
-            f"model {name} is {fmt or 'not GGUF'}; this image serves GGUF with llama.cpp: serve it with a vLLM "
-            "image (cpu, cuda, ascend), or convert it to GGUF and pack that"
+            f"model {name} is {fmt or 'not GGUF'}; the {backend} backend serves GGUF with llama.cpp: serve it "
+            f"with {safetensors_remedy}, or convert it to GGUF and pack that"
+        )
+    method = str(quant.get("method") or "")
+    if fmt != "gguf" and method and quantization_rules is not None:
+        rule = (quantization_rules.get(method) or {}).get(backend) or {"status": "unsupported"}
+        supported = [b for b, r in (quantization_rules.get(method) or {}).items() if r.get("status") == "ok"]
+        elsewhere = f"; targets that serve {method.upper()}: {', '.join(supported)}" if supported else ""
+        if rule.get("status") == "unsupported":
+            reason = rule.get("reason") or f"this engine build has no {method.upper()} kernels"
+            return (
+                f"model {name} is {method.upper()}-quantized; the {backend} backend cannot serve it: "
+                f"{reason}{elsewhere}"
+            )
+        if arch and rule.get("arch") and arch not in rule["arch"]:
+            return (
+                f"model {name} is {method.upper()}-quantized; the {backend} backend serves it only on "
+                f"{', '.join(rule['arch'])}, not {arch}: {rule.get('reason', '')}{elsewhere}".rstrip(": ")
+            )
+    total = config.get("total_size")
+    if memory_bytes and isinstance(total, int) and total > memory_bytes:
+        return (
+            f"model {name} is {total / 2**30:.1f} GiB, more than the {memory_bytes / 2**30:.1f} GiB memory it would "
+            "run in: give the pod more memory (--memory), a quantized model, or an accelerated target"
         )
     return None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -105,6 +106,22 @@ def parse_serve_args(argv: Sequence[str], env: Mapping[str, str]) -> ServeReques
     return ServeRequest(vllm_args=rest, preset=preset, dry_run=dry_run, model_keys=tuple(model_keys))
 
 
+def fetch_for_serve(ref: str, env: Mapping[str, str], host: Host) -> str:
+    """`--model oci://R/REPO@sha256:…`: fetched once into XCFORGE_MODEL_STORE (default
+    /var/cache/xcforge/store)/<digest hex>; a later start finds it there (and verify_for_serve checks it)."""
+    from xcforge_engine.modelfetch import fetch, parse
+
+    _, _, digest = parse(ref)
+    store = env.get("XCFORGE_MODEL_STORE") or "/var/cache/xcforge/store"
+    local = f"{store.rstrip('/')}/{digest.removeprefix('sha256:')}"
+    where = host.path(local)
+    if not has_record(where):
+        if where.exists():  # an earlier fetch that was cut off
+            shutil.rmtree(where, ignore_errors=True)
+        fetch(ref, where, env)
+    return local
+
+
 def verify_for_serve(
     model: str, request: ServeRequest, env: Mapping[str, str], host: Host, backend: Backend
 ) -> VerifiedModel | None:
@@ -142,7 +159,13 @@ def verify_for_serve(
         return None
     keys = [load_key(host.path(str(p)) if p.is_absolute() else p) for p in paths]
     verified = verify_model(directory, keys, env)
-    problem = fit_problem(verified.config, str(getattr(backend, "model_format", "safetensors")), backend.name)
+    problem = fit_problem(
+        verified.config,
+        str(getattr(backend, "model_format", "safetensors")),
+        backend.name,
+        arch=host.arch(),
+        quantization_rules=load_presets().quantization,
+    )
     if problem:
         raise ModelRefused(problem)
     return verified
@@ -322,6 +345,12 @@ def plan_serve(
             )
         model_argv = ["--model", model]
         notes.append(f"model {model} from {'XCFORGE_MODEL' if env.get('XCFORGE_MODEL') else 'the preset'}")
+    if model.startswith("oci://"):
+        local = fetch_for_serve(model, env, host)
+        notes.append(f"model {model} fetched into {local}")
+        operator = [local if a == model else f"--model={local}" if a == f"--model={model}" else a for a in operator]
+        model_argv = ["--model", local] if model_argv else []
+        model = local
     verified = verify_for_serve(model, request, env, host, backend)
     if verified is not None:
         notes.append(verified.note())
