@@ -252,7 +252,7 @@ def test_fetch_model_pulls_a_pushed_artifact_then_serve_verifies_it(tmp_path, ke
         assert (tmp_path / "init" / "zeros.bin").stat().st_size == 1024 * 1024 + 9
         done = engine("fetch-model", ref, str(tmp_path / "bad"), "--model-key", str(other_keys.sm2_pub))
         assert done.returncode == 6 and "no valid sm2 signature" in done.stderr
-        assert not (tmp_path / "bad").exists()  # nothing left to serve
+        assert not list((tmp_path / "bad").iterdir())  # nothing left to serve
         done = engine("fetch-model", ref.replace("@sha256:", ":"), str(tmp_path / "tag"))
         assert done.returncode == 6 and "a digest, not a tag" in done.stderr
         done = engine("serve", "--dry-run", "--model", ref, "--model-key", str(keys.sm2_pub))

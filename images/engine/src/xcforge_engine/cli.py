@@ -163,23 +163,31 @@ class Launcher:
 
     def fetch_model(self, argv: Sequence[str]) -> int:
         """`fetch-model oci://R/REPO@sha256:… DIR [--model-key PUB]`: the init container's step."""
-        from xcforge_engine.modelfetch import fetch
-        from xcforge_engine.modelverify import key_paths, load_key, verify_model
+        from xcforge_engine.modelfetch import empty, fetch, parse
+        from xcforge_engine.modelverify import RECORD_DIR, key_paths, load_key, verify_model
 
         parser = _Parser(prog="xcforge-engine fetch-model", add_help=True)
         parser.add_argument("ref", help="oci://REGISTRY/REPO@sha256:<digest> of a model artifact")
         parser.add_argument("dest", help="a new or empty directory")
         parser.add_argument("--model-key", action="append", default=[], help="verify with this public key (PEM)")
+        parser.add_argument("--clean", action="store_true", help="empty DIR first (an init container's emptyDir)")
         opts = parser.parse_args(argv)
         dest = Path(opts.dest)
         paths = key_paths(opts.model_key, self.env)
         keys = [load_key(p) for p in paths]  # a bad key is refused before anything is downloaded
-        digest = fetch(opts.ref, dest, self.env)
+        digest = parse(opts.ref)[2]
+        record = dest / RECORD_DIR / "digest"
+        if record.is_file() and record.read_text(encoding="ascii").strip() == digest:
+            log.info(f"{dest} already holds {digest}: verifying it, not fetching it again")
+        else:
+            if opts.clean:
+                empty(dest)
+            fetch(opts.ref, dest, self.env)
         if keys:
             try:
                 verified = verify_model(dest, keys, self.env)
             except EngineError:
-                shutil.rmtree(dest, ignore_errors=True)
+                empty(dest)  # nothing that failed the check is left to serve
                 raise
             log.info(verified.note())
         else:

@@ -104,6 +104,15 @@ class _Registry:
         return data
 
 
+def empty(dest: Path) -> None:
+    """Remove what is in `dest`, not `dest`: it may be a mount point (an init container's emptyDir)."""
+    for child in dest.iterdir() if dest.is_dir() else ():
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child, ignore_errors=True)
+        else:
+            child.unlink(missing_ok=True)
+
+
 def _sha256(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
@@ -172,6 +181,6 @@ def fetch(ref: str, dest: Path, env: Mapping[str, str]) -> str:
             doc = {"mediaType": DETACHED_MEDIA_TYPE, "subject": digest, "scheme": scheme, "signatures": entries}
             (record / "signatures" / f"{scheme}.json").write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
     except BaseException:
-        shutil.rmtree(dest, ignore_errors=True)
+        empty(dest)
         raise
     return digest
