@@ -22,6 +22,7 @@ import os
 import shutil
 import tarfile
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -98,6 +99,10 @@ class _LayoutWriter:
         self.out = out
         self.written: set[str] = set()
 
+    def _hash_and_write(self, file_hash: Any, data: memoryview) -> None:
+        file_hash.update(data)
+        self.out.write(data)
+
     def add_bytes(self, name: str, data: bytes) -> None:
         self.out.write(_header(name, len(data)))
         self.out.write(data)
@@ -110,21 +115,37 @@ class _LayoutWriter:
             self.add_bytes("blobs/sha256/" + digest[7:], data)
         return digest
 
-    def stream_chunk(self, src: IO[bytes], limit: int, file_hash: Any, buffer: bytearray) -> tuple[str, int]:
-        """Up to `limit` bytes of `src` as one blob; (digest, size). `file_hash` sees the same bytes."""
+    def stream_chunk(
+        self, src: IO[bytes], limit: int, file_hash: Any, buffers: tuple[bytearray, bytearray], pool: ThreadPoolExecutor
+    ) -> tuple[str, int]:
+        """Up to `limit` bytes of `src` as one blob; (digest, size). `file_hash` sees the same bytes.
+
+        Two buffers in turn: while this thread reads the next one and hashes it for the chunk, a
+        worker hashes the previous one for the file and writes it (hashlib and file I/O release the
+        GIL), so reading, the two SHA-256s and writing overlap instead of adding up."""
         start = self.out.tell()
         self.out.write(_header(_PLACEHOLDER, 0))
         chunk_hash = hashlib.sha256()
-        view = memoryview(buffer)
+        views = tuple(memoryview(b) for b in buffers)
         size = 0
-        while size < limit:
-            n = src.readinto(view[: min(len(buffer), limit - size)])  # type: ignore[attr-defined]
-            if not n:
-                break
-            chunk_hash.update(view[:n])
-            file_hash.update(view[:n])
-            self.out.write(view[:n])
-            size += n
+        turn = 0
+        pending: Future[None] | None = None
+        try:
+            while size < limit:
+                view = views[turn]
+                n = src.readinto(view[: min(len(view), limit - size)])  # type: ignore[attr-defined]
+                if not n:
+                    break
+                data = view[:n]
+                if pending is not None:
+                    pending.result()  # the other buffer is written: it may be read into next
+                pending = pool.submit(self._hash_and_write, file_hash, data)
+                chunk_hash.update(data)
+                size += n
+                turn ^= 1
+        finally:
+            if pending is not None:
+                pending.result()
         digest = "sha256:" + chunk_hash.hexdigest()
         if size == 0 or digest in self.written:  # the same bytes again (zero padding, a repeated file): drop this copy
             self.out.seek(start)
@@ -159,10 +180,10 @@ def pack_model(
     partial = out.with_name(out.name + ".partial")
     entries: list[dict[str, Any]] = []
     layers: list[dict[str, Any]] = []
-    buffer = bytearray(_BUFFER)
+    buffers = (bytearray(_BUFFER), bytearray(_BUFFER))
     total = 0
     try:
-        with partial.open("wb") as fh:
+        with partial.open("wb") as fh, ThreadPoolExecutor(max_workers=1) as pool:
             writer = _LayoutWriter(fh)
             writer.add_bytes("oci-layout", OCI_LAYOUT_VERSION)
             for rel in files:
@@ -172,7 +193,7 @@ def pack_model(
                 chunks: list[dict[str, Any]] = []
                 with path.open("rb", buffering=0) as src:
                     while True:
-                        digest, got = writer.stream_chunk(src, chunk_size, file_hash, buffer)
+                        digest, got = writer.stream_chunk(src, chunk_size, file_hash, buffers, pool)
                         if got == 0:  # the end (an empty file: no layer, only its entry)
                             break
                         chunks.append({"digest": digest, "size": got})
