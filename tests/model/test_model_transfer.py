@@ -68,3 +68,30 @@ def test_a_model_bundle_and_its_delta_import_verified_and_serve_after_the_check(
     verified = verify_model(dest, [load_key(keys.sm2_pub), load_key(keys.cosign_pub)], env)
     assert verified.digest == second.split("@")[1]
     assert verified.hashed == len(verified.config["files"])
+
+
+def test_a_flipped_byte_in_a_model_bundle_publishes_nothing(tmp_path, capsys, keys):
+    model = safetensors_model(tmp_path / "m")
+    sign = ["--sm2-key", keys.sm2_key, "--cosign-key", keys.cosign_key]
+    with RegistryProcess() as source, RegistryProcess() as inside:
+        repo = f"{source.address}/wt34-tamper"
+        out = cli(capsys, "model", "pack", model, "--name", "qwen-x:1", "--dist", tmp_path / "d", "--registry", repo,
+                  "--push", *sign, "--no-audit")  # fmt: skip
+        digest = next(line.split()[1] for line in out.splitlines() if line.startswith("digest"))
+        bundle = tmp_path / "b.tar"
+        cli(capsys, "bundle", "--model", f"{repo}/qwen-x@{digest}", "--out", bundle, *sign,
+            "--report", tmp_path / "none", "--no-audit")  # fmt: skip
+        shard = (model / "model-00001-of-00002.safetensors").read_bytes()
+        data = bytearray(bundle.read_bytes())
+        at = data.find(shard[4096:4160])  # inside the shard's chunk, as carried in the bundle
+        assert at > 0
+        data[at] ^= 0x01
+        bundle.write_bytes(bytes(data))
+        code = main(["import", str(bundle), "--registry", inside.address, "--sm2-key", str(keys.sm2_pub), "--no-audit"])
+        _, err = capsys.readouterr()
+        assert code == 11
+        errors = [line for line in err.splitlines() if line.startswith("error:")]
+        assert len(errors) == 1 and "does not match its digest in the signed manifest" in errors[0]
+        from ocicore.registry import RegistryClient
+
+        assert RegistryClient(inside.address).list_tags("wt34-tamper/qwen-x") == []
