@@ -393,16 +393,23 @@ def unpack_model(
                 raise BundleDamaged(f"{source}: file path {rel!r} leaves the model directory; refused")
             target.parent.mkdir(parents=True, exist_ok=True)
             file_hash = hashlib.sha256()
-            with target.open("wb") as out:
+            # As in pack: a worker hashes for the file and writes the previous block while this
+            # thread reads the next one and hashes it for the chunk (one block in flight at most).
+            with target.open("wb") as out, ThreadPoolExecutor(max_workers=1) as pool:
+                pending: Future[None] | None = None
                 for index, chunk in enumerate(entry.get("chunks") or []):
                     chunk_hash = hashlib.sha256()
                     got = 0
                     with open_blob(chunk["digest"]) as blob:
                         while data := blob.read(_BUFFER):
+                            if pending is not None:
+                                pending.result()
+                            pending = pool.submit(_hash_and_write, file_hash, out, data)
                             chunk_hash.update(data)
-                            file_hash.update(data)
-                            out.write(data)
                             got += len(data)
+                    if pending is not None:
+                        pending.result()
+                        pending = None
                     if "sha256:" + chunk_hash.hexdigest() != chunk["digest"] or got != chunk["size"]:
                         raise BundleDamaged(
                             f"{source}: chunk {index} of {rel} ({chunk['digest']}) differs from the signed "
@@ -414,14 +421,29 @@ def unpack_model(
             if progress:
                 progress(f"unpacked {rel} ({entry['size'] / 2**20:.1f} MiB)")
         write_record(dest, artifact, signatures)
+    except OSError as exc:
+        _remove_unpacked(dest, created)
+        raise ConfigError(
+            f"model unpack {dest}: cannot write {getattr(exc, 'filename', None) or 'the files'} "
+            f"({exc.strerror or exc}); free space or give another directory"
+        ) from None
     except BaseException:
-        if created:
-            shutil.rmtree(dest, ignore_errors=True)
-        else:
-            for child in list(dest.iterdir()):
-                shutil.rmtree(child, ignore_errors=True) if child.is_dir() else child.unlink(missing_ok=True)
+        _remove_unpacked(dest, created)
         raise
     return total
+
+
+def _remove_unpacked(dest: Path, created: bool) -> None:
+    if created:
+        shutil.rmtree(dest, ignore_errors=True)
+        return
+    for child in list(dest.iterdir()):
+        shutil.rmtree(child, ignore_errors=True) if child.is_dir() else child.unlink(missing_ok=True)
+
+
+def _hash_and_write(file_hash: Any, out: IO[bytes], data: bytes) -> None:
+    file_hash.update(data)
+    out.write(data)
 
 
 def write_record(dest: Path, artifact: ModelArtifact, signatures: dict[str, bytes]) -> Path:
