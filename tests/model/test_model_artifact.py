@@ -253,3 +253,27 @@ def test_the_standalone_verifier_needs_only_python_and_openssl(tmp_path, capsys,
     code, out = check(archive, "--cosign-key", keys.cosign_pub)
     assert code == 1 and f"{member.name} differs from its digest" in out
     assert check(archive)[0] == 2
+
+
+def test_a_full_disk_is_one_line_and_leaves_nothing(tmp_path, capsys):
+    import os
+
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("needs root to mount a small tmpfs")
+    model = safetensors_model(tmp_path / "m", big=3 * MiB)
+    archive = pack(capsys, model, tmp_path, "--no-audit")
+    disk = tmp_path / "small"
+    disk.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(disk)], check=True)
+    try:
+        for argv in (
+            ["model", "pack", str(model), "--name", "x:1", "--out", str(disk / "x.tar"), "--no-audit"],
+            ["model", "unpack", str(archive), str(disk / "unpacked"), "--no-audit"],
+        ):
+            code, _, err = run(capsys, *argv)
+            errors = [line for line in err.splitlines() if line.startswith("error:")]
+            assert code == 3 and len(errors) == 1 and "No space left on device" in errors[0], err
+            assert "Traceback" not in err
+            assert list(disk.iterdir()) == [], f"{argv[1]} left files on the full disk"
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)

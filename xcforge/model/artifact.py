@@ -30,7 +30,7 @@ from typing import IO, Any
 from ocicore.digest import is_sha256
 from ocicore.media import OCI_LAYOUT_VERSION, OCI_MANIFEST
 from xcforge import __version__
-from xcforge.errors import BundleDamaged, ConfigError
+from xcforge.errors import BundleDamaged, ConfigError, EnvironmentProblem
 from xcforge.model.formats import read_facts
 
 MODEL_ARTIFACT_TYPE = "application/vnd.xcforge.model.v1"
@@ -251,7 +251,9 @@ def pack_model(
     except OSError as exc:
         with contextlib.suppress(OSError):
             partial.unlink()
-        raise ConfigError(f"model pack: cannot write {out} ({exc.strerror or exc}); free space or give --out") from None
+        raise EnvironmentProblem(
+            f"model pack: cannot write {out} ({exc.strerror or exc}); free space or give --out"
+        ) from None
     except BaseException:
         with contextlib.suppress(OSError):
             partial.unlink()
@@ -423,7 +425,7 @@ def unpack_model(
         write_record(dest, artifact, signatures)
     except OSError as exc:
         _remove_unpacked(dest, created)
-        raise ConfigError(
+        raise EnvironmentProblem(
             f"model unpack {dest}: cannot write {getattr(exc, 'filename', None) or 'the files'} "
             f"({exc.strerror or exc}); free space or give another directory"
         ) from None
