@@ -261,3 +261,45 @@ def test_fetch_model_pulls_a_pushed_artifact_then_serve_verifies_it(tmp_path, ke
         plan = json.loads(done.stdout)
         assert plan["argv"][plan["argv"].index("--model") + 1] == local
         assert any("verified" in n for n in plan["notes"])
+
+
+def test_serve_takes_a_signed_archive_unpacks_it_checked_then_verifies(tmp_path, safetensors_archive, keys, other_keys):
+    env = {
+        "PATH": os.environ["PATH"],
+        "PYTHONPATH": str(REPO / "images" / "engine" / "src"),
+        "XCFORGE_VERIFY_CACHE": str(tmp_path / "cache"),
+        "XCFORGE_MODEL_STORE": str(tmp_path / "store"),
+        "XCFORGE_STATE_DIR": str(tmp_path / "state"),
+    }
+
+    def serve(archive: Path, key: Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "xcforge_engine", "serve", "--dry-run", "--model", str(archive), "--model-key",
+             str(key)], env=env, capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+
+    done = serve(safetensors_archive, keys.cosign_pub)
+    assert done.returncode == 0, done.stderr
+    plan = json.loads(done.stdout)
+    local = plan["argv"][plan["argv"].index("--model") + 1]
+    assert local.startswith(str(tmp_path / "store")) and any("verified" in n for n in plan["notes"])
+    done = serve(safetensors_archive, other_keys.cosign_pub)
+    assert done.returncode == 6 and "no valid cosign signature" in done.stderr and done.stdout == ""
+    # A copy with one byte of a chunk flipped: refused while it is unpacked, nothing left to serve.
+    import tarfile
+
+    bad = tmp_path / "bad" / safetensors_archive.name
+    bad.parent.mkdir()
+    shutil.copy(safetensors_archive, bad)
+    shutil.copytree(safetensors_archive.with_name(safetensors_archive.name + ".signatures"),
+                    bad.with_name(bad.name + ".signatures"))  # fmt: skip
+    with tarfile.open(bad) as tar:
+        member = next(m for m in tar.getmembers() if m.size == 1024 * 1024)
+    with bad.open("r+b") as fh:
+        fh.seek(member.offset_data + 99)
+        fh.write(b"\x07")
+    env["XCFORGE_MODEL_STORE"] = str(tmp_path / "store2")
+    done = serve(bad, keys.sm2_pub)
+    errors = [line for line in done.stderr.splitlines() if "error:" in line]
+    assert done.returncode == 6 and len(errors) == 1 and "differs from the manifest" in errors[0], done.stderr
+    assert not any(p.is_file() for p in (tmp_path / "store2").rglob("*"))

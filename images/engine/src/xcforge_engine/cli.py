@@ -57,7 +57,8 @@ unchanged (a leading model path becomes --model); a first argument that names a 
 (`docker run IMAGE python3 -c ...`) runs that program instead. Exit codes: 0 ok, 1 unhealthy or
 internal error, 2 usage, 3 preflight/doctor error, 4 no engine in this image (stand-in build),
 5 check-install failed, 6 model refused (signature, a file's hash, or it does not fit this image).
---model-key FILE (or XCFORGE_MODEL_KEY): serve only a signed model (`build.py model unpack`) whose
+--model-key FILE (or XCFORGE_MODEL_KEY): serve only a signed model (a directory `build.py model unpack`
+wrote, an oci://REGISTRY/REPO@sha256:… reference or a .model.oci.tar archive) whose
 signature and every file verify against that key, before the engine starts (docs/models.md).
 Set XCFORGE_DEBUG=1 (or --debug) to see tracebacks."""
 

@@ -18,6 +18,7 @@ import hashlib
 import json
 import re
 import shutil
+import tarfile
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -104,6 +105,89 @@ class _Registry:
         return data
 
 
+def is_archive(model: str) -> bool:
+    """A model artifact written by `build.py model pack` as an OCI archive (mounted into the container)."""
+    return model.endswith(".oci.tar")
+
+
+def archive_digest(path: Path) -> str:
+    try:
+        with tarfile.open(path) as tar:
+            member = tar.extractfile("index.json")
+            digest = json.loads(member.read())["manifests"][0]["digest"] if member else ""
+    except (OSError, tarfile.TarError, ValueError, KeyError, IndexError) as exc:
+        raise ModelRefused(f"model {path}: not a readable model archive ({exc})") from None
+    if not re.fullmatch(r"sha256:[0-9a-f]{64}", str(digest)):
+        raise ModelRefused(f"model {path}: its index.json names no manifest digest")
+    return str(digest)
+
+
+def unpack_archive(path: Path, dest: Path) -> str:
+    """The archive's files into `dest`, every chunk checked as it streams, and the record from the
+    manifest, the config and the signature files beside the archive (`<archive>.signatures/`)."""
+    digest = archive_digest(path)
+    try:
+        with tarfile.open(path) as tar:
+
+            def blob(digest: str, limit: int | None = None) -> bytes:
+                member = tar.extractfile("blobs/sha256/" + digest.removeprefix("sha256:"))
+                if member is None:
+                    raise KeyError(digest)
+                return member.read(limit if limit is not None else -1)
+
+            manifest_bytes = blob(digest, 16 * 1024 * 1024)
+            if _sha256(manifest_bytes) != digest:
+                raise ModelRefused(f"model {path}: its manifest does not match its digest")
+            manifest = json.loads(manifest_bytes)
+            if manifest.get("artifactType") != ARTIFACT_TYPE:
+                raise ModelRefused(f"model {path}: not an xcforge model artifact ({manifest.get('artifactType')})")
+            config_bytes = blob(manifest["config"]["digest"], 64 * 1024 * 1024)
+            if _sha256(config_bytes) != manifest["config"]["digest"]:
+                raise ModelRefused(f"model {path}: its config differs from the manifest")
+            dest.mkdir(parents=True, exist_ok=True)
+            try:
+                for entry in json.loads(config_bytes).get("files") or []:
+                    rel = str(entry["path"])
+                    target = (dest / rel).resolve()
+                    if not target.is_relative_to(dest.resolve()):
+                        raise ModelRefused(f"model {path}: file path {rel!r} leaves the model directory")
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    with target.open("wb") as out:
+                        for index, chunk in enumerate(entry.get("chunks") or []):
+                            member = tar.extractfile("blobs/sha256/" + chunk["digest"].removeprefix("sha256:"))
+                            if member is None:
+                                raise KeyError(chunk["digest"])
+                            hasher = hashlib.sha256()
+                            while data := member.read(_BUFFER):
+                                hasher.update(data)
+                                out.write(data)
+                            if "sha256:" + hasher.hexdigest() != chunk["digest"]:
+                                raise ModelRefused(f"model {path}: chunk {index} of {rel} differs from the manifest")
+                _write_record(dest, digest, manifest_bytes, config_bytes)
+                signatures = path.with_name(path.name + ".signatures")
+                for scheme, suffix, _ in _SCHEMES:
+                    found = signatures / f"{digest.replace(':', '-')}{suffix}.json"
+                    if found.is_file():
+                        shutil.copyfile(found, dest / RECORD_DIR / "signatures" / f"{scheme}.json")
+            except BaseException:
+                empty(dest)
+                raise
+    except KeyError as exc:
+        raise ModelRefused(f"model {path}: blob {exc.args[0]} is missing; the archive is incomplete") from None
+    except (OSError, tarfile.TarError, ValueError) as exc:
+        raise ModelRefused(f"model {path}: cannot unpack it ({exc})") from None
+    return digest
+
+
+def _write_record(dest: Path, digest: str, manifest_bytes: bytes, config_bytes: bytes) -> Path:
+    record = dest / RECORD_DIR
+    (record / "signatures").mkdir(parents=True, exist_ok=True)
+    (record / "manifest.json").write_bytes(manifest_bytes)
+    (record / "config.json").write_bytes(config_bytes)
+    (record / "digest").write_text(digest + "\n", encoding="ascii")
+    return record
+
+
 def empty(dest: Path) -> None:
     """Remove what is in `dest`, not `dest`: it may be a mount point (an init container's emptyDir)."""
     for child in dest.iterdir() if dest.is_dir() else ():
@@ -161,11 +245,7 @@ def fetch(ref: str, dest: Path, env: Mapping[str, str]) -> str:
                     if "sha256:" + hasher.hexdigest() != chunk["digest"]:
                         raise ModelRefused(f"model {ref}: chunk {index} of {rel} differs from the signed manifest")
             log.info(f"fetch: {rel} ({entry['size']} bytes)")
-        record = dest / RECORD_DIR
-        (record / "signatures").mkdir(parents=True)
-        (record / "manifest.json").write_bytes(manifest_bytes)
-        (record / "config.json").write_bytes(config_bytes)
-        (record / "digest").write_text(digest + "\n", encoding="ascii")
+        record = _write_record(dest, digest, manifest_bytes, config_bytes)
         for scheme, suffix, annotation in _SCHEMES:
             tag = digest.replace(":", "-") + suffix
             raw = registry.read(f"/v2/{repo}/manifests/{tag}", OCI_MANIFEST)

@@ -109,16 +109,20 @@ def parse_serve_args(argv: Sequence[str], env: Mapping[str, str]) -> ServeReques
 def fetch_for_serve(ref: str, env: Mapping[str, str], host: Host) -> str:
     """`--model oci://R/REPO@sha256:…`: fetched once into XCFORGE_MODEL_STORE (default
     /var/cache/xcforge/store)/<digest hex>; a later start finds it there (and verify_for_serve checks it)."""
-    from xcforge_engine.modelfetch import fetch, parse
+    from xcforge_engine.modelfetch import archive_digest, fetch, is_archive, parse, unpack_archive
 
-    _, _, digest = parse(ref)
+    archive = host.path(ref) if is_archive(ref) else None
+    digest = archive_digest(archive) if archive is not None else parse(ref)[2]
     store = env.get("XCFORGE_MODEL_STORE") or "/var/cache/xcforge/store"
     local = f"{store.rstrip('/')}/{digest.removeprefix('sha256:')}"
     where = host.path(local)
     if not has_record(where):
         if where.exists():  # an earlier fetch that was cut off
             shutil.rmtree(where, ignore_errors=True)
-        fetch(ref, where, env)
+        if archive is not None:
+            unpack_archive(archive, where)
+        else:
+            fetch(ref, where, env)
     return local
 
 
@@ -345,7 +349,7 @@ def plan_serve(
             )
         model_argv = ["--model", model]
         notes.append(f"model {model} from {'XCFORGE_MODEL' if env.get('XCFORGE_MODEL') else 'the preset'}")
-    if model.startswith("oci://"):
+    if model.startswith("oci://") or model.endswith(".oci.tar"):
         local = fetch_for_serve(model, env, host)
         notes.append(f"model {model} fetched into {local}")
         operator = [local if a == model else f"--model={local}" if a == f"--model={model}" else a for a in operator]
