@@ -66,6 +66,8 @@ ACTIONS = frozenset(
         "keygen",
         "checkpoint",
         "rotate",
+        "model-pack",
+        "model-unpack",
         "prune",
         "export",
     }

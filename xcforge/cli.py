@@ -37,6 +37,7 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "xcforge.commands.ci_cmds": ("workflows", "ci"),
     "xcforge.commands.bundle_cmds": ("bundle", "import"),
     "xcforge.commands.zstd_cmds": ("zstd",),
+    "xcforge.commands.model_cmds": ("model",),
 }
 COMMANDS = frozenset(name for names in COMMAND_MODULES.values() for name in names)
 

@@ -31,7 +31,8 @@ SHARED = {
     "xcforge.errors",
     "xcforge.__init__",
 }
-OUTSIDE_THE_FLOW = {"ci", "deploy", "provision", "transfer"}  # they read the matrix and plan; no stage reads them
+# They read the matrix and plan (model/: models as signed artifacts); no stage reads them.
+OUTSIDE_THE_FLOW = {"ci", "deploy", "model", "provision", "transfer"}
 # Known edges that break the rule, each with the reason it stays for now; empty is the goal. An entry
 # is (importing module, imported name); one that no longer occurs fails the test, so the list shrinks.
 ALLOWED: dict[tuple[str, str], str] = {}

@@ -30,6 +30,7 @@ NEW = [("musa", "musa")]
 _GENERATED_FILES = (
     re.compile(r"images/(?P<t>[a-z0-9-]+)/(Dockerfile|locks/.*)"),  # render --all, deps --all
     re.compile(r"deploy/examples/(?P<t>[a-z0-9-]+)\.yaml"),  # deploy --examples
+    re.compile(r"deploy/examples/signed-model/(?P<t>[a-z0-9-]+)\.yaml"),  # deploy --examples
     re.compile(r"deploy/monitoring/(?P<t>[a-z0-9-]+)\.yaml"),  # deploy --examples
     re.compile(r"\.github/workflows/[^/]+\.yml"),  # workflows
     re.compile(r"\.github/actionlint\.yaml"),  # workflows

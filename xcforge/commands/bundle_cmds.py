@@ -27,6 +27,13 @@ def register(
     )
     bundle.add_argument("images", metavar="IMAGE@DIGEST", nargs="*", help="default: every target of the last build")
     bundle.add_argument("--target", action="append", default=[], help="a target of the last build (repeatable)")
+    bundle.add_argument(
+        "--model",
+        action="append",
+        default=[],
+        metavar="REF@DIGEST",
+        help="also carry this pushed model artifact (build.py model pack --push; docs/models.md), repeatable",
+    )
     bundle.add_argument("--report", type=Path, default=Path("dist"), help="directory holding report.json")
     bundle.add_argument("--out", type=Path, default=Path("dist/bundle"), help="FILE[.tar] or a directory")
     add_private_keys(bundle, "to sign the bundle's manifest with", distid=True)
@@ -65,7 +72,9 @@ def _sources(args: argparse.Namespace) -> list[Source]:
         if ref.digest is None:
             raise ConfigError(f"bundle {text}: a tag, not a digest; pass {ref.name}@sha256:... (what was signed)")
         sources.append(Source(ref, (ref.tag,) if ref.tag else ()))
-    if args.images and not args.target:
+    sources += _models(args.model)
+    only_models = args.model and not (args.report / "report.json").exists()
+    if (args.images or only_models) and not args.target:
         return sources
     results = {r.target: r for r in load_results(args.report)}
     wanted = args.target or [name for name, r in results.items() if r.status == "built"]
@@ -84,6 +93,23 @@ def _sources(args: argparse.Namespace) -> list[Source]:
         tags = tuple(tag for r in result.refs if (tag := Reference.parse(r).tag))
         sources.append(Source(ref, tags, name))
     return sources
+
+
+def _models(refs: list[str]) -> list[Source]:
+    """`--model REF@DIGEST`: a model artifact travels as an image does (its chunks are its blobs)."""
+    from ocicore.registry import Reference
+    from xcforge.transfer.collect import Source
+
+    out = []
+    for text in refs:
+        ref = Reference.parse(text)
+        if ref.digest is None:
+            raise ConfigError(
+                f"bundle --model {text}: a tag, not a digest; pass {ref.name}@sha256:... "
+                f"(`build.py model inspect {text}` prints it)"
+            )
+        out.append(Source(ref, (ref.tag,) if ref.tag else ()))
+    return out
 
 
 def run_bundle(args: argparse.Namespace) -> int:

@@ -9,12 +9,16 @@ import re
 import shlex
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from xcforge.commands._drift import report_drift
 from xcforge.commands._paths import blocking_file, unwritable_reason
 from xcforge.config.matrix import Matrix, load_matrix
 from xcforge.errors import ConfigError
 from xcforge.paths import REPO_ROOT
+
+if TYPE_CHECKING:
+    from xcforge.config.matrix import Target
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
@@ -30,6 +34,20 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser], co
     parser.add_argument("--image", help="REGISTRY/REPO@sha256:<digest> (tags are refused)")
     parser.add_argument("--model", help="absolute path of the model in the container (and on the host for hostPath)")
     parser.add_argument("--model-pvc", metavar="CLAIM", help="mount the model from this PersistentVolumeClaim")
+    parser.add_argument(
+        "--model-artifact",
+        metavar="REF@DIGEST",
+        help="a signed model artifact (build.py model pack --push): checked to fit the target, then fetched "
+        "and verified by an init container into --model (docs/models.md)",
+    )
+    parser.add_argument(
+        "--model-key",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="PUB",
+        help="with --model-artifact: public key(s) the pod verifies the model with (sm2.pub, cosign.pub)",
+    )
     parser.add_argument("--replicas", type=int, default=1, help="replicas (HPA minimum; default 1)")
     parser.add_argument("--max-replicas", type=int, help="HPA maximum (default 2 x --replicas)")
     parser.add_argument("--arch", help="node architecture for multi-platform targets (default: the first platform)")
@@ -101,9 +119,13 @@ def run_deploy(args: argparse.Namespace) -> int:
         raise ConfigError(
             "--model PATH is required (where the model is inside the container); add it, e.g. --model /models/qwen"
         )
+    model_artifact, model_keys, model_size = _model_artifact(args, matrix, target)
     options = deploy.DeployOptions(
         image=image,
         model=args.model,
+        model_artifact=model_artifact,
+        model_keys=model_keys,
+        model_size=model_size,
         model_pvc=args.model_pvc,
         replicas=args.replicas,
         max_replicas=args.max_replicas,
@@ -136,6 +158,83 @@ def run_deploy(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(text)
     return 0
+
+
+_UNAME = {"amd64": "x86_64", "arm64": "aarch64"}
+
+
+def _memory_bytes(quantity: str) -> int | None:
+    units = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
+    match = re.fullmatch(r"(\d+)([KMGT]i?)?", quantity)
+    if match is None:
+        return None
+    return int(match[1]) * units.get(match[2] or "", 1)
+
+
+def _model_artifact(
+    args: argparse.Namespace, matrix: Matrix, target: Target
+) -> tuple[Any, tuple[tuple[str, str], ...], int]:
+    """--model-artifact: (reference, keys for the ConfigMap, size), after the fit check: a model the
+    target's image cannot serve is refused here, with the targets that can (the launcher checks again)."""
+    from xcforge.deploy import manifests as deploy
+
+    if not args.model_artifact:
+        if args.model_key:
+            raise ConfigError(
+                "--model-key goes with --model-artifact REF@DIGEST (the signed model to fetch); "
+                "add it or drop --model-key"
+            )
+        return None, (), 0
+    from xcforge_engine.backends import preset_book
+    from xcforge_engine.errors import EngineError
+    from xcforge_engine.modelverify import fit_problem, load_key
+
+    from ocicore.registry import RegistryClient
+    from xcforge.model.artifact import check_artifact
+
+    ref = deploy.parse_digest_ref(args.model_artifact, what="--model-artifact")
+    if not args.model_key:
+        raise ConfigError(
+            "--model-artifact needs --model-key PUB (sm2.pub and/or cosign.pub): the pod serves only a model "
+            "that verifies against it; add --model-key with the public key the model was signed for"
+        )
+    keys: list[tuple[str, str]] = []
+    for index, path in enumerate(args.model_key):
+        try:
+            key = load_key(path)
+        except EngineError as exc:  # the launcher's own reading of the key, its message as is
+            raise ConfigError(
+                f"--model-key: {exc.lines[0]}; give the public key files `keygen` wrote (sm2.pub, cosign.pub)"
+            ) from None
+        keys.append((f"{index}-{key.scheme}.pub", path.read_text(encoding="ascii")))
+    client = RegistryClient(ref.registry, insecure=args.insecure)
+    assert ref.digest is not None
+    manifest = client.get_manifest(ref.repository, ref.digest)
+    config_digest = (manifest.json().get("config") or {}).get("digest", "")
+    artifact = check_artifact(
+        ref.digest, manifest.data, client.get_blob(ref.repository, config_digest), f"--model-artifact {ref}"
+    )
+    config = artifact.config
+    by_format: dict[str, list[str]] = {}
+    for name, other in matrix.targets.items():
+        by_format.setdefault(other.smoke.model_format, []).append(name)
+    arch = args.arch or target.archs[0]
+    problem = fit_problem(
+        config,
+        target.smoke.model_format,
+        target.backend,
+        arch=_UNAME.get(arch, arch),
+        quantization_rules=preset_book().quantization,
+        memory_bytes=_memory_bytes(args.memory) if target.runtime.k8s_resource is None else None,
+        gguf_remedy=f"target {', '.join(by_format.get('gguf', ['?']))} (llama.cpp)",
+        safetensors_remedy=f"target {', '.join(by_format.get('safetensors', ['?']))} (vLLM)",
+    )
+    if problem:
+        raise ConfigError(
+            f"deploy --target {target.name} --model-artifact: {problem}; deploy it with the target named, "
+            "or a model packed for this one"
+        )
+    return ref, tuple(keys), int(config.get("total_size") or 0)
 
 
 def _write_manifest(out: Path, name: str, text: str) -> Path:
@@ -188,6 +287,7 @@ def _check_names_and_out(args: argparse.Namespace) -> None:
 def _argv_for_header(args: argparse.Namespace) -> list[str]:
     argv = ["--target", args.target, "--image", args.image, "--model", args.model]
     for flag, value in (
+        ("--model-artifact", args.model_artifact),
         ("--model-pvc", args.model_pvc),
         ("--arch", args.arch),
         ("--namespace", args.namespace),

@@ -204,6 +204,11 @@ class DeployOptions:
     name: str | None = None
     cpu_utilization: int = 80
     extra_args: tuple[str, ...] = field(default_factory=tuple)
+    # A signed model artifact (REGISTRY/REPO@sha256:…, docs/models.md): an init container fetches it
+    # into an emptyDir at `model` and verifies it with `model_keys` (PEM text by file name) first.
+    model_artifact: Reference | None = None
+    model_keys: tuple[tuple[str, str], ...] = ()
+    model_size: int = 0  # bytes, for the emptyDir's sizeLimit
 
 
 def _check_options(target: Target, options: DeployOptions) -> tuple[str, str]:
@@ -275,6 +280,49 @@ def _security(target: Target) -> tuple[dict[str, Any], dict[str, Any]]:
     return pod, container
 
 
+MODEL_KEYS_DIR = "/etc/xcforge/model-keys"
+VERIFY_CACHE_DIR = "/var/cache/xcforge/models"
+
+
+def _model_fetch(
+    name: str,
+    metadata: dict[str, Any],
+    options: DeployOptions,
+    volumes: list[dict[str, Any]],
+    mounts: list[dict[str, Any]],
+    env: list[dict[str, Any]],
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The init container that fetches the signed model (`xcforge-engine fetch-model`, standard
+    library) into an emptyDir and verifies it; the ConfigMap of public keys both containers read; the
+    verified-state volume they share, so the engine's own check before it starts rehashes nothing."""
+    assert options.model_artifact is not None
+    keys_map = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {**metadata, "name": f"{name}-model-keys"},
+        "data": dict(options.model_keys),
+    }
+    size_gi = max(1, math.ceil(options.model_size / 2**30) + 1)
+    volumes.append({"name": "model", "emptyDir": {"sizeLimit": f"{size_gi}Gi"}})
+    volumes.append({"name": "model-keys", "configMap": {"name": f"{name}-model-keys"}})
+    volumes.append({"name": "verified-state", "emptyDir": {"sizeLimit": "16Mi"}})
+    key_files = ":".join(f"{MODEL_KEYS_DIR}/{file}" for file, _ in options.model_keys)
+    env.append({"name": "XCFORGE_MODEL_KEY", "value": key_files})
+    shared: list[dict[str, Any]] = [
+        {"name": "model-keys", "mountPath": MODEL_KEYS_DIR, "readOnly": True},
+        {"name": "verified-state", "mountPath": VERIFY_CACHE_DIR},
+    ]
+    mounts.extend(shared)
+    init = {
+        "name": "model-fetch",
+        "imagePullPolicy": "IfNotPresent",
+        "args": ["fetch-model", f"oci://{options.model_artifact}", options.model, "--clean"],
+        "env": list(env),
+        "volumeMounts": [{"name": "model", "mountPath": options.model}, *shared],
+    }
+    return init, keys_map
+
+
 def _probe(port_name: str, *, period: int, timeout: int, failures: int) -> dict[str, Any]:
     return {
         "httpGet": {"path": HEALTH_PATH, "port": port_name},
@@ -319,7 +367,14 @@ def kubernetes_manifests(matrix: Matrix, target: Target, options: DeployOptions)
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm_quantity(runtime.shm_size)}}
     ]
     mounts: list[dict[str, Any]] = [{"name": "dshm", "mountPath": "/dev/shm"}]
-    if options.model_pvc:
+    init_containers: list[dict[str, Any]] = []
+    extra_objects: list[dict[str, Any]] = []
+    model_env: list[dict[str, Any]] = []
+    if options.model_artifact is not None:
+        init, keys_map = _model_fetch(name, metadata, options, volumes, mounts, model_env)
+        init_containers.append(init)
+        extra_objects.append(keys_map)
+    elif options.model_pvc:
         volumes.append({"name": "model", "persistentVolumeClaim": {"claimName": options.model_pvc, "readOnly": True}})
     else:
         volumes.append({"name": "model", "hostPath": {"path": options.model, "type": "Directory"}})
@@ -345,6 +400,10 @@ def kubernetes_manifests(matrix: Matrix, target: Target, options: DeployOptions)
         "securityContext": container_security,
         "volumeMounts": mounts,
     }
+    if model_env:
+        container["env"] = model_env
+    for init in init_containers:
+        init["image"], init["securityContext"] = str(options.image), container_security
     deployment = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -372,6 +431,7 @@ def kubernetes_manifests(matrix: Matrix, target: Target, options: DeployOptions)
                     # where vLLM and its plugins read their own VLLM_* settings.
                     "enableServiceLinks": False,
                     "terminationGracePeriodSeconds": 60,
+                    **({"initContainers": init_containers} if init_containers else {}),
                     "containers": [container],
                     "volumes": volumes,
                 },
@@ -412,7 +472,7 @@ def kubernetes_manifests(matrix: Matrix, target: Target, options: DeployOptions)
             },
         },
     }
-    return [deployment, service, hpa]
+    return [deployment, service, hpa, *extra_objects]
 
 
 class _Dumper(yaml.SafeDumper):
@@ -485,6 +545,29 @@ def example_manifest(matrix: Matrix, target: Target) -> str:
     return render_manifests(docs, manifest_header(example_command(target)))
 
 
+EXAMPLE_MODEL_KEY = (
+    "-----BEGIN PUBLIC KEY-----\n(the model signer's sm2.pub: `deploy --model-key sm2.pub` puts it here)\n"
+    "-----END PUBLIC KEY-----\n"
+)
+
+
+def example_model_artifact() -> Reference:
+    return Reference.parse(f"{EXAMPLE_REGISTRY}/models/qwen2.5-0.5b-instruct@{EXAMPLE_DIGEST}")
+
+
+def signed_model_example(matrix: Matrix, target: Target) -> str:
+    """The same target with a signed model artifact fetched and verified by an init container."""
+    options = DeployOptions(
+        image=example_image(target),
+        model=EXAMPLE_MODEL,
+        model_artifact=example_model_artifact(),
+        model_keys=(("0-sm2.pub", EXAMPLE_MODEL_KEY),),
+        model_size=1024**3,
+    )
+    command = f"{example_command(target)} --model-artifact {example_model_artifact()} --model-key sm2.pub"
+    return render_manifests(kubernetes_manifests(matrix, target, options), manifest_header(command))
+
+
 def operators_section(matrix: Matrix) -> str:
     parts = [DOC_BEGIN, ""]
     for name, target in matrix.targets.items():
@@ -522,6 +605,7 @@ def write_or_check_examples(matrix: Matrix, root: Path = REPO_ROOT, *, check: bo
     examples = root / "deploy" / "examples"
     for name, target in matrix.targets.items():
         wanted[examples / f"{name}.yaml"] = example_manifest(matrix, target)
+        wanted[examples / "signed-model" / f"{name}.yaml"] = signed_model_example(matrix, target)
     doc = root / "docs" / "operators.md"
     current_doc = doc.read_text(encoding="utf-8") if doc.exists() else None
     if current_doc is not None:
@@ -531,5 +615,6 @@ def write_or_check_examples(matrix: Matrix, root: Path = REPO_ROOT, *, check: bo
         out.append(Generated(doc, "missing"))
     # Examples of targets no longer in the matrix are stale too.
     if examples.is_dir():
-        out += [remove_or_check(path, check=check) for path in sorted(examples.glob("*.yaml")) if path not in wanted]
+        stale = [*examples.glob("*.yaml"), *examples.glob("signed-model/*.yaml")]
+        out += [remove_or_check(path, check=check) for path in sorted(stale) if path not in wanted]
     return out

@@ -16,6 +16,7 @@ import shutil
 import sys
 import traceback
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import NoReturn, TypedDict
 
 from xcforge_engine import __version__, log
@@ -41,11 +42,12 @@ from xcforge_engine.software import Software, detect_software
 from xcforge_engine.supervise import run_supervised
 
 USAGE = """\
-usage: xcforge-engine [--debug] [serve] [--preset NAME] [--dry-run] [vLLM arguments...]
+usage: xcforge-engine [--debug] [serve] [--preset NAME] [--model-key PUB.pem] [--dry-run] [vLLM arguments...]
        xcforge-engine [--debug] doctor [--json] [--model PATH]
        xcforge-engine [--debug] healthcheck [--timeout SECONDS] [--port N | --url URL]
        xcforge-engine [--debug] presets [NAME] [--backend BACKEND] [--json]
        xcforge-engine [--debug] version [--json]
+       xcforge-engine [--debug] fetch-model oci://REGISTRY/REPO@sha256:… DIR [--model-key PUB.pem]
        xcforge-engine [--debug] check-install [--no-write]
        xcforge-engine PROGRAM [ARGS...]      (any program on PATH, in the vendor's environment)
 
@@ -53,7 +55,10 @@ Arguments that do not start with a subcommand are serve's: vLLM's own arguments,
 unchanged (a leading model path becomes --model); a first argument that names a program on PATH
 (`docker run IMAGE python3 -c ...`) runs that program instead. Exit codes: 0 ok, 1 unhealthy or
 internal error, 2 usage, 3 preflight/doctor error, 4 no engine in this image (stand-in build),
-5 check-install failed.
+5 check-install failed, 6 model refused (signature, a file's hash, or it does not fit this image).
+--model-key FILE (or XCFORGE_MODEL_KEY): serve only a signed model (a directory `build.py model unpack`
+wrote, an oci://REGISTRY/REPO@sha256:… reference or a .model.oci.tar archive) whose
+signature and every file verify against that key, before the engine starts (docs/models.md).
 Set XCFORGE_DEBUG=1 (or --debug) to see tracebacks."""
 
 
@@ -158,6 +163,40 @@ class Launcher:
         )
         print(json.dumps(report, indent=2) if opts.json else render_text(report))
         return int(report["exit_code"])
+
+    def fetch_model(self, argv: Sequence[str]) -> int:
+        """`fetch-model oci://R/REPO@sha256:… DIR [--model-key PUB]`: the init container's step."""
+        from xcforge_engine.modelfetch import empty, fetch, parse
+        from xcforge_engine.modelverify import RECORD_DIR, key_paths, load_key, verify_model
+
+        parser = _Parser(prog="xcforge-engine fetch-model", add_help=True)
+        parser.add_argument("ref", help="oci://REGISTRY/REPO@sha256:<digest> of a model artifact")
+        parser.add_argument("dest", help="a new or empty directory")
+        parser.add_argument("--model-key", action="append", default=[], help="verify with this public key (PEM)")
+        parser.add_argument("--clean", action="store_true", help="empty DIR first (an init container's emptyDir)")
+        opts = parser.parse_args(argv)
+        dest = Path(opts.dest)
+        paths = key_paths(opts.model_key, self.env)
+        keys = [load_key(p) for p in paths]  # a bad key is refused before anything is downloaded
+        digest = parse(opts.ref)[2]
+        record = dest / RECORD_DIR / "digest"
+        if record.is_file() and record.read_text(encoding="ascii").strip() == digest:
+            log.info(f"{dest} already holds {digest}: verifying it, not fetching it again")
+        else:
+            if opts.clean:
+                empty(dest)
+            fetch(opts.ref, dest, self.env)
+        if keys:
+            try:
+                verified = verify_model(dest, keys, self.env)
+            except EngineError:
+                empty(dest)  # nothing that failed the check is left to serve
+                raise
+            log.info(verified.note())
+        else:
+            log.warning(f"{opts.ref}: fetched without a key; serve --model-key verifies it before starting")
+        print(f"{opts.ref} → {dest} ({digest})")
+        return 0
 
     def healthcheck(self, argv: Sequence[str]) -> int:
         parser = _Parser(prog="xcforge-engine healthcheck")
@@ -297,6 +336,7 @@ COMMANDS: dict[str, Callable[[Launcher, Sequence[str]], int]] = {
     "check-install": _check_install,
     "serve": Launcher.serve,
     "doctor": Launcher.doctor,
+    "fetch-model": Launcher.fetch_model,
     "healthcheck": Launcher.healthcheck,
     "presets": Launcher.presets,
     "version": Launcher.version,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -37,6 +38,17 @@ from xcforge_engine.image import ImageFacts
 from xcforge_engine.isa import cpuinfo_finding, isa_finding
 from xcforge_engine.limits import parse_cpulist
 from xcforge_engine.modelinfo import is_local, local_model, model_problems
+from xcforge_engine.modelverify import (
+    KEY_ENV,
+    VERIFY_ENV,
+    ModelRefused,
+    VerifiedModel,
+    fit_problem,
+    has_record,
+    key_paths,
+    load_key,
+    verify_model,
+)
 from xcforge_engine.presets import Preset, PresetBook
 from xcforge_engine.software import Software
 
@@ -54,6 +66,7 @@ class ServeRequest:
     vllm_args: list[str]
     preset: str | None = None
     dry_run: bool = False
+    model_keys: tuple[str, ...] = ()  # --model-key FILE: the signed model's public key(s)
 
     @property
     def wants_help(self) -> bool:
@@ -65,10 +78,19 @@ def parse_serve_args(argv: Sequence[str], env: Mapping[str, str]) -> ServeReques
     preset = env.get("XCFORGE_PRESET") or None
     dry_run = False
     rest: list[str] = []
+    model_keys: list[str] = []
     i = 0
     while i < len(argv):
         token = argv[i]
-        if token == "--preset":
+        if token == "--model-key":
+            if i + 1 >= len(argv):
+                raise UsageError("--model-key needs a file: the signer's sm2.pub or cosign.pub (PEM)")
+            model_keys.append(argv[i + 1])
+            i += 2
+            continue
+        if token.startswith("--model-key="):
+            model_keys.append(token.split("=", 1)[1])
+        elif token == "--preset":
             if i + 1 >= len(argv):
                 raise UsageError("--preset needs a name; `xcforge-engine presets` lists them")
             preset = argv[i + 1]
@@ -81,7 +103,76 @@ def parse_serve_args(argv: Sequence[str], env: Mapping[str, str]) -> ServeReques
         else:
             rest.append(token)
         i += 1
-    return ServeRequest(vllm_args=rest, preset=preset, dry_run=dry_run)
+    return ServeRequest(vllm_args=rest, preset=preset, dry_run=dry_run, model_keys=tuple(model_keys))
+
+
+def fetch_for_serve(ref: str, env: Mapping[str, str], host: Host) -> str:
+    """`--model oci://R/REPO@sha256:…`: fetched once into XCFORGE_MODEL_STORE (default
+    /var/cache/xcforge/store)/<digest hex>; a later start finds it there (and verify_for_serve checks it)."""
+    from xcforge_engine.modelfetch import archive_digest, fetch, is_archive, parse, unpack_archive
+
+    archive = host.path(ref) if is_archive(ref) else None
+    digest = archive_digest(archive) if archive is not None else parse(ref)[2]
+    store = env.get("XCFORGE_MODEL_STORE") or "/var/cache/xcforge/store"
+    local = f"{store.rstrip('/')}/{digest.removeprefix('sha256:')}"
+    where = host.path(local)
+    if not has_record(where):
+        if where.exists():  # an earlier fetch that was cut off
+            shutil.rmtree(where, ignore_errors=True)
+        if archive is not None:
+            unpack_archive(archive, where)
+        else:
+            fetch(ref, where, env)
+    return local
+
+
+def verify_for_serve(
+    model: str, request: ServeRequest, env: Mapping[str, str], host: Host, backend: Backend
+) -> VerifiedModel | None:
+    """The signed model check before anything starts (modelverify.py, docs/models.md): with a key
+    (--model-key / XCFORGE_MODEL_KEY) only a signed model whose every file matches is served; a
+    model that carries a signed record is never served unchecked; XCFORGE_MODEL_VERIFY=required
+    refuses unsigned models even without a key, =off skips the check (logged)."""
+    mode = env.get(VERIFY_ENV, "auto") or "auto"
+    if mode not in ("auto", "required", "off"):
+        raise UsageError(f"{VERIFY_ENV}={mode!r}: use auto, required or off")
+    paths = key_paths(request.model_keys, env)
+    local = is_local(model) and host.exists(model)
+    directory = host.path(model) if local else None
+    if directory is not None and directory.is_file():
+        directory = directory.parent  # a GGUF file named directly: its record is beside it
+    if mode == "off":
+        if directory is not None and has_record(directory):
+            log.warning(f"{VERIFY_ENV}=off: the signed model {model} is served without checking its signature")
+        return None
+    if directory is None:
+        if paths or mode == "required":
+            raise ModelRefused(
+                f"model {model}: not a local directory, so its signature cannot be checked; unpack the signed "
+                "artifact (`build.py model unpack`) and mount it, or leave out the key"
+            )
+        return None
+    if not paths:
+        if has_record(directory):
+            raise ModelRefused(
+                f"model {model} carries a signed record (.xcforge-model/) but no key was given: pass "
+                f"--model-key /keys/sm2.pub (or {KEY_ENV}); {VERIFY_ENV}=off serves it unchecked"
+            )
+        if mode == "required":
+            raise ModelRefused(f"{VERIFY_ENV}=required: pass --model-key FILE (or {KEY_ENV}) and a signed model")
+        return None
+    keys = [load_key(host.path(str(p)) if p.is_absolute() else p) for p in paths]
+    verified = verify_model(directory, keys, env)
+    problem = fit_problem(
+        verified.config,
+        str(getattr(backend, "model_format", "safetensors")),
+        backend.name,
+        arch=host.arch(),
+        quantization_rules=preset_book().quantization,
+    )
+    if problem:
+        raise ModelRefused(problem)
+    return verified
 
 
 @dataclass(frozen=True)
@@ -258,6 +349,15 @@ def plan_serve(
             )
         model_argv = ["--model", model]
         notes.append(f"model {model} from {'XCFORGE_MODEL' if env.get('XCFORGE_MODEL') else 'the preset'}")
+    if model.startswith("oci://") or model.endswith(".oci.tar"):
+        local = fetch_for_serve(model, env, host)
+        notes.append(f"model {model} fetched into {local}")
+        operator = [local if a == model else f"--model={local}" if a == f"--model={model}" else a for a in operator]
+        model_argv = ["--model", local] if model_argv else []
+        model = local
+    verified = verify_for_serve(model, request, env, host, backend)
+    if verified is not None:
+        notes.append(verified.note())
 
     findings = [
         isa_finding(host, image)[0],

@@ -1,0 +1,242 @@
+"""Model artifacts against the disk: pack, sign, push, bundle, import, unpack and verify (issue 34).
+
+    .venv/bin/python bench/bench_model.py [--size-gib 4] [--rounds 3] [--work DIR] [--wait-seconds 60]
+
+Makes a safetensors model of --size-gib with random weights (two shards, config.json, a tokenizer
+file) under --work, then measures, in each of --rounds rounds, every step an operator runs:
+
+1. `build.py model pack DIR --name … --chunk-size 512M` (reads the model, writes the archive);
+2. `build.py model sign ARCHIVE --sm2-key --cosign-key` (reads the archive's index only: constant);
+3. `build.py model pack … --registry R --push` into a registry process of its own (distribution 2.8,
+   storage under --work, tests/registry_process.py), then `build.py bundle --model R/…@sha256:…`
+   (reads the registry's blobs, writes the bundle) and `build.py import BUNDLE --registry R2`
+   (reads and verifies the bundle, writes a second registry);
+4. `build.py model unpack ARCHIVE DIR` (reads the archive, writes the files, every chunk checked);
+5. the launcher's check, `xcforge_engine.modelverify.verify_model` on the unpacked directory, cold
+   (every file hashed), and again (the restart: the verified-state record, nothing hashed).
+
+Every step is a new process where an operator's is (`build.py`), so Python's start is in the figure.
+Before every step the files it reads are evicted from the page cache (posix_fadvise DONTNEED after
+fsync: this VM cannot drop caches), so each one reads from the disk. The disk's own figures come from
+`dd` in the same run, before the rounds: write `bs=4M conv=fdatasync`, read `bs=4M iflag=direct`
+(the page cache bypassed). A step's "disk floor" is the time dd would need for the same bytes:
+bytes read / dd read + bytes written / dd write; the ratio is the step's median time / that floor
+(the goal: at most 1.5). Writes bench/results/model.json and prints Markdown tables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from _common import REPO, load_note, log, markdown_table, measuring, write_results
+
+sys.path.insert(0, str(REPO / "images" / "engine" / "src"))
+
+from tests.registry_process import RegistryProcess
+
+MiB = 1024 * 1024
+PYTHON = str(REPO / ".venv" / "bin" / "python") if (REPO / ".venv" / "bin" / "python").exists() else sys.executable
+
+
+def evict(*paths: Path) -> None:
+    """Drop these files (or every file under these directories) from the page cache."""
+    for path in paths:
+        files = [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file()]
+        for file in files:
+            fd = os.open(file, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
+
+
+def dd(args: list[str]) -> float:
+    """MB/s as dd reports it (its last line: `… bytes … copied, S s, R MB/s`), computed from bytes/s."""
+    done = subprocess.run(["dd", *args], capture_output=True, text=True, check=True)
+    match = re.search(r"(\d+) bytes .* copied, ([\d.]+) s", done.stderr)
+    assert match, done.stderr
+    return int(match[1]) / float(match[2]) / 1e6
+
+
+def disk_speed(work: Path, size_mib: int) -> dict[str, float]:
+    probe = work / "dd.probe"
+    write = dd(["if=/dev/zero", f"of={probe}", "bs=4M", f"count={size_mib // 4}", "conv=fdatasync"])
+    evict(probe)
+    read = dd([f"if={probe}", "of=/dev/null", "bs=4M", "iflag=direct"])
+    probe.unlink()
+    return {"write_MBps": round(write, 1), "read_MBps": round(read, 1)}
+
+
+def make_model(root: Path, size: int) -> None:
+    root.mkdir(parents=True)
+    (root / "config.json").write_text(
+        json.dumps({"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "torch_dtype": "bfloat16"})
+    )
+    (root / "tokenizer.json").write_text(json.dumps({"model": {"vocab": {str(i): i for i in range(20000)}}}))
+    for index in (1, 2):
+        elements = size // 2 // 2  # bf16
+        header = json.dumps(
+            {"weight": {"dtype": "BF16", "shape": [elements // 4096, 4096], "data_offsets": [0, elements * 2]}}
+        ).encode()
+        with (root / f"model-0000{index}-of-00002.safetensors").open("wb") as fh:
+            fh.write(len(header).to_bytes(8, "little") + header)
+            left = (elements // 4096) * 4096 * 2
+            while left:
+                n = min(left, 64 * MiB)
+                fh.write(os.urandom(n))
+                left -= n
+            fh.flush()
+            os.fsync(fh.fileno())
+
+
+def build_py(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(
+        [PYTHON, str(REPO / "build.py"), *map(str, args)], capture_output=True, text=True, check=False, cwd=REPO
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"build.py {' '.join(map(str, args[:3]))} failed: {done.stderr[-2000:]}")
+    return done
+
+
+def timed(fn: Callable[..., object], *args: object) -> float:
+    started = time.perf_counter()
+    fn(*args)
+    return time.perf_counter() - started
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--size-gib", type=float, default=4.0)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--work", type=Path, default=Path("/tmp/xcforge-bench-model"))
+    parser.add_argument("--wait-seconds", type=float, default=60, help="wait this long for a quiet machine")
+    opts = parser.parse_args()
+    from xcforge_engine.modelverify import load_key, verify_model
+
+    shutil.rmtree(opts.work, ignore_errors=True)
+    opts.work.mkdir(parents=True)
+    size = int(opts.size_gib * 1024 * MiB)
+    model = opts.work / "model"
+    log(f"making a {opts.size_gib:g} GiB random-weight safetensors model in {model}")
+    make_model(model, size)
+    model_bytes = sum(p.stat().st_size for p in model.rglob("*") if p.is_file())
+    keys = opts.work / "keys"
+    build_py("keygen", "--sm2", "--cosign", "--no-password", "--out", keys, "--no-audit")
+    phases: list[dict[str, Any]] = []
+    with measuring(phases, "dd", limit_s=opts.wait_seconds):
+        disk = disk_speed(opts.work, min(4096, int(model_bytes / MiB)))
+    log(f"disk: write {disk['write_MBps']} MB/s, read {disk['read_MBps']} MB/s")
+    steps: dict[str, list[float]] = {}
+    io = {  # bytes read, bytes written, per step (the model's size; the index/manifests are noise)
+        "pack": (model_bytes, model_bytes),
+        "sign": (0, 0),
+        "push": (model_bytes, model_bytes),
+        "bundle": (model_bytes, model_bytes),
+        "import": (2 * model_bytes, model_bytes),  # verify pass, then the publish pass
+        "unpack": (model_bytes, model_bytes),
+        "verify (launcher, cold)": (model_bytes, 0),
+        "verify (restart, unchanged)": (0, 0),
+    }
+    env = {"XCFORGE_VERIFY_CACHE": str(opts.work / "state"), "PATH": os.environ["PATH"]}
+    trusted = [load_key(keys / "sm2.pub"), load_key(keys / "cosign.pub")]
+    for round_no in range(1, opts.rounds + 1):
+        archive, unpacked, bundle = opts.work / "m.oci.tar", opts.work / "unpacked", opts.work / "b.tar"
+        for leftover in (archive, bundle, opts.work / "verify-bundle.py", opts.work / "state"):
+            if leftover.is_dir():
+                shutil.rmtree(leftover)
+            elif leftover.exists():
+                leftover.unlink()
+        shutil.rmtree(archive.with_name(archive.name + ".signatures"), ignore_errors=True)
+        shutil.rmtree(unpacked, ignore_errors=True)
+        with measuring(phases, f"round {round_no}", limit_s=opts.wait_seconds), RegistryProcess() as source:
+            with RegistryProcess() as inside:
+                evict(model)
+                name = ["--name", "bench-model:1"]
+                steps.setdefault("pack", []).append(
+                    timed(build_py, "model", "pack", model, *name, "--out", archive, "--no-audit")
+                )
+                sign_keys = ["--sm2-key", keys / "sm2.key", "--cosign-key", keys / "cosign.key"]
+                steps.setdefault("sign", []).append(timed(build_py, "model", "sign", archive, *sign_keys, "--no-audit"))
+                evict(model)
+                pushed, other = opts.work / "pushed.json", opts.work / "p.oci.tar"
+                push = ["--registry", f"{source.address}/bench", "--push", "--json", pushed]
+                steps.setdefault("push", []).append(
+                    timed(build_py, "model", "pack", model, *name, "--out", other, *push, *sign_keys, "--no-audit")
+                )
+                other.unlink()
+                ref = json.loads(pushed.read_text())["pushed"]
+                evict(Path(source._tmp.name))  # the registry's storage: the bundle reads it from the disk
+                no_report = ["--report", opts.work / "no-report"]
+                steps.setdefault("bundle", []).append(
+                    timed(build_py, "bundle", "--model", ref, "--out", bundle, *sign_keys, *no_report, "--no-audit")
+                )
+                evict(bundle)
+                trust = ["--sm2-key", keys / "sm2.pub", "--cosign-key", keys / "cosign.pub"]
+                steps.setdefault("import", []).append(
+                    timed(build_py, "import", bundle, "--registry", inside.address, *trust, "--no-audit")
+                )
+            bundle.unlink()
+            evict(archive)
+            steps.setdefault("unpack", []).append(timed(build_py, "model", "unpack", archive, unpacked, "--no-audit"))
+            evict(unpacked)
+            steps.setdefault("verify (launcher, cold)", []).append(timed(verify_model, unpacked, trusted, env))
+            steps.setdefault("verify (restart, unchanged)", []).append(timed(verify_model, unpacked, trusted, env))
+        log(f"round {round_no}: " + ", ".join(f"{k} {v[-1]:.1f} s" for k, v in steps.items()))
+    rows = []
+    results: dict[str, Any] = {}
+    for step, seconds in steps.items():
+        read, written = io[step]
+        floor = read / (disk["read_MBps"] * 1e6) + written / (disk["write_MBps"] * 1e6)
+        median = statistics.median(seconds)
+        entry = {
+            "seconds": [round(s, 2) for s in seconds],
+            "median_s": round(median, 2),
+            "spread_s": [round(min(seconds), 2), round(max(seconds), 2)],
+            "bytes_read": read,
+            "bytes_written": written,
+            "model_MBps": round(model_bytes / median / 1e6, 1) if read or written else None,
+            "disk_floor_s": round(floor, 2) if floor else None,
+            "ratio_to_disk": round(median / floor, 2) if floor else None,
+        }
+        results[step] = entry
+        rows.append(
+            [
+                step,
+                f"{median:.2f} s ({min(seconds):.2f}–{max(seconds):.2f})",
+                f"{entry['model_MBps']} MB/s" if entry["model_MBps"] else "-",
+                f"{floor:.2f} s" if floor else "-",
+                f"{entry['ratio_to_disk']}×" if entry["ratio_to_disk"] else "-",
+            ]
+        )
+    print(f"\nModel: {model_bytes / 2**30:.2f} GiB ({model_bytes} bytes), {opts.rounds} rounds, {load_note(phases)}")
+    print(f"Disk (dd, same run): write {disk['write_MBps']} MB/s (fdatasync), read {disk['read_MBps']} MB/s (direct)\n")
+    print(markdown_table(["step", "median (min–max)", "model MB/s", "disk floor", "ratio"], rows))
+    write_results(
+        "model",
+        {
+            "model_bytes": model_bytes,
+            "rounds": opts.rounds,
+            "chunk_size": 512 * MiB,
+            "disk": disk,
+            "steps": results,
+            "phases": phases,
+        },
+    )
+    shutil.rmtree(opts.work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
