@@ -50,7 +50,7 @@ from xcforge.config.matrix import Matrix
 from xcforge.console import say
 from xcforge.errors import KNOWN_ERRORS, BuildFailed, ConfigError, KnownError, RenderError, exit_code
 from xcforge.plan import locks, placeholders, render_inputs
-from xcforge.plan.build_plan import BuildOptions, BuildPlan, OutputMode, cache_tag, vendor_assertions_of
+from xcforge.plan.build_plan import BuildOptions, BuildPlan, OutputMode, cache_tag
 from xcforge.plan.render import render_target
 from xcforge.shell import DOCKER, run
 
@@ -216,7 +216,7 @@ def _result(plan: BuildPlan, status: str, **kw: Unpack[_ResultFacts]) -> BuildRe
     notes = (
         [
             f"engine source: the vendor's image {plan.base_original} ({vendor.published}); check-install asserts "
-            + " ".join(f"{n}{v if v[:1] in '=<>!~' else '==' + v}" for n, v in vendor_assertions_of(plan))
+            + " ".join(f"{name}{spec}" for name, spec in plan.target.vendor_assertions(plan.engine_version).items())
         ]
         if vendor
         else []

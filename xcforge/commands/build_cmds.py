@@ -104,9 +104,7 @@ def _list(args: argparse.Namespace) -> int:
         platforms = ",".join(target.archs)
         print(f"{name:<{width}}  {platforms:<13}  {engine:<40}  {target.description}")
         if target.vendor_image:
-            asserted = " ".join(
-                f"{n}{v if v[:1] in '=<>!~' else '==' + v}" for n, v in vendor_assertions(matrix, target).items()
-            )
+            asserted = " ".join(f"{pkg}{spec}" for pkg, spec in vendor_assertions(matrix, target).items())
             print(f"{'':<{width}}    {'mode':<12} {'vendor-image':<14} on {target.base.image}; asserts {asserted}")
         # What the committed lock proves per platform (the first rung of the verification ladder);
         # builds and smoke tests raise it (report.json says how far each image got).

@@ -145,13 +145,18 @@ PromName = Annotated[str, _grammar(r"[a-zA-Z_:][a-zA-Z0-9_:]*", "a Prometheus me
 EntryPointGroup = Annotated[str, _grammar(r"[A-Za-z0-9_.-]+", "an entry-point group such as vllm.platform_plugins")]
 
 
+def shown_spec(spec: str) -> str:
+    """A version or specifiers as they are asserted: a bare version means ==."""
+    return spec if re.match(r"^\s*(==|>=|<=|!=|~=|<|>)", spec) else f"=={spec}"
+
+
 def _version_spec(v: str) -> str:
     """A bare version (exact) or PEP 440 specifiers joined by ',' (`>=1.29.1`, `>=0.11.2,<0.12`), compared
     on the public version (a vendor's local label, `+mlu1.8.pt291`, never decides): check-install
     evaluates it inside the image with the standard library only (xcforge_engine.vendor_stack)."""
     from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
-    text = v if re.match(r"^\s*(==|>=|<=|!=|~=|<|>)", v) else f"=={v}"
+    text = shown_spec(v)
     try:
         SpecifierSet(text)
     except InvalidSpecifier:
@@ -758,6 +763,16 @@ class Target(_Frozen):
     def provided(self) -> dict[str, str]:
         """Python packages present before the engine installs: the base's, then the plugin's stack."""
         return {**self.base.provides, **(self.plugin.stack if self.plugin else {})}
+
+    def vendor_assertions(self, engine_version: str) -> dict[str, str]:
+        """What a vendor-image build asserts of its base, as specifiers: the engine at `engine_version`,
+        the plugin at its version, then vendor_image.provides. Empty for other targets."""
+        if self.vendor_image is None:
+            return {}
+        found = {str(self.engine.package): engine_version}
+        if self.plugin:
+            found[self.plugin.name] = self.plugin.version
+        return {name: shown_spec(spec) for name, spec in {**found, **self.vendor_image.provides}.items()}
 
     @property
     def engine_needs_plugin_stack(self) -> bool:

@@ -130,7 +130,8 @@ class BuildPlan:
                 "  mode:        vendor-image: the vendor's own vLLM image; xcforge installs only its launcher "
                 f"and replaces its entrypoint ({' '.join(vendor.entrypoint) or 'none'})"
             )
-            lines.append("  asserts:     " + " ".join(f"{n}{_spec(v)}" for n, v in vendor_assertions_of(self)))
+            asserted = self.target.vendor_assertions(self.engine_version)
+            lines.append("  asserts:     " + " ".join(f"{name}{spec}" for name, spec in asserted.items()))
             for group, names in vendor.entry_points.items():
                 lines.append(f"               entry points {group}: {', '.join(names)}")
             for f in vendor.files:
@@ -157,21 +158,6 @@ class BuildPlan:
         ]
         lines += [f"BLOCKED:       {b}" for b in self.blockers]
         return "\n".join(lines)
-
-
-def vendor_assertions_of(plan: BuildPlan) -> list[tuple[str, str]]:
-    """What check-install asserts of a vendor image (render.vendor_assertions, from the plan's facts)."""
-    target = plan.target
-    if target.vendor_image is None:
-        return []
-    found = {str(target.engine.package): plan.engine_version}
-    if target.plugin:
-        found[target.plugin.name] = target.plugin.version
-    return list({**found, **target.vendor_image.provides}.items())
-
-
-def _spec(value: str) -> str:
-    return value if value[:1] in "=<>!~" else f"=={value}"
 
 
 def _rel(path: Path) -> str:

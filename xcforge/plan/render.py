@@ -151,7 +151,7 @@ def _vendor_labels(matrix: Matrix, target: Target) -> list[tuple[str, str]]:
     vendor = target.vendor_image
     if vendor is None:
         return []
-    asserted = " ".join(f"{name}{_spec(v)}" for name, v in vendor_assertions(matrix, target).items())
+    asserted = " ".join(f"{name}{spec}" for name, spec in vendor_assertions(matrix, target).items())
     return [
         (f"{LABEL_PREFIX}.engine-source", "vendor-image"),
         (f"{LABEL_PREFIX}.vendor.image", "${BASE_IMAGE}"),
@@ -159,10 +159,6 @@ def _vendor_labels(matrix: Matrix, target: Target) -> list[tuple[str, str]]:
         (f"{LABEL_PREFIX}.vendor.entrypoint", " ".join(vendor.entrypoint)),
         (f"{LABEL_PREFIX}.vendor.asserted", asserted),
     ]
-
-
-def _spec(value: str) -> str:
-    return value if re.match(r"^\s*(==|>=|<=|!=|~=|<|>)", value) else f"=={value}"
 
 
 def platform_labels(target: Target) -> list[str]:
@@ -251,14 +247,8 @@ def resolve_requirements(target: Target) -> list[str]:
 
 
 def vendor_assertions(matrix: Matrix, target: Target) -> dict[str, str]:
-    """What a vendor-image build asserts of its base: the engine and the plugin at their versions, then
-    the matrix's `vendor_image.provides` (name → version or specifiers). Empty for other targets."""
-    if target.vendor_image is None:
-        return {}
-    found: dict[str, str] = {str(target.engine.package): matrix.engine_version(target)}
-    if target.plugin:
-        found[target.plugin.name] = target.plugin.version
-    return {**found, **target.vendor_image.provides}
+    """What a vendor-image build asserts of its base (Target.vendor_assertions at the engine it gets)."""
+    return target.vendor_assertions(matrix.engine_version(target))
 
 
 def vendor_spec(matrix: Matrix, target: Target) -> dict[str, Any]:
