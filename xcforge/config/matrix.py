@@ -634,6 +634,9 @@ class Smoke(_Frozen):
     metrics_prefix: str = "vllm:"
     # Per non-native arch: serve under emulation with this CPU model (slow: minutes to /health).
     emulated: dict[Arch, EmulatedCpu] = Field(default_factory=dict)
+    # Environment for the serve smoke's container only (e.g. a small KV cache on a small runner):
+    # what an operator would pass with -e, kept in data so no check branches on a backend's name.
+    serve_env: dict[EnvName, str] = Field(default_factory=dict)
     files: tuple[str, ...] = ()
     commands: tuple[SmokeCommand, ...] = ()
     # Devices `doctor --json` must report missing on a machine without the hardware.

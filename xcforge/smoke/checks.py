@@ -449,7 +449,7 @@ def check_serve(
         checks.append(SmokeCheck(f"serve {name}", platform, PASS if ok else FAIL, detail + (where if ok else "")))
         return ok
 
-    env = {"VLLM_CPU_KVCACHE_SPACE": "1"} if subject.target.backend == "cpu" else {}
+    env = dict(subject.target.smoke.serve_env)
     with contextlib.ExitStack() as stack:
         tiny = stack.enter_context(tiny_model(model_dir))
         try:
