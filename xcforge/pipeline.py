@@ -108,14 +108,14 @@ def run_builds(request: BuildRequest, later: LaterStages) -> int:
     # The zstd variants, before anything is signed: the sign stage signs their digests too.
     published = publish.publish_results(builds, later.zstd) if later.zstd and not failed else []
     failed |= any(outcome.error for outcome in published)
-    builds = report.with_outcomes(builds, published=published)
-    sign.record_builds(builds, request.options.dist_dir)
-    signed = sign.sign_results(builds, later.sign) if later.sign and not failed else []
+    sign.record_builds(builds, request.options.dist_dir, published)
+    signed = sign.sign_results(builds, later.sign, published) if later.sign and not failed else []
     failed |= any(outcome.error for outcome in signed)
     smoked = smoke.smoke_results(builds, later.smoke) if later.smoke and not failed else []
     failed |= any(outcome.error for outcome in smoked)
 
-    results = report.with_outcomes(builds, signed, smoked)
+    # The report, once: each frozen build record with what the later stages returned for it.
+    results = report.with_outcomes(builds, signed, smoked, published)
     dist = request.options.dist_dir
     json_path, md_path = report.write_reports(report.merge_into_report(results, dist), dist)
     report.print_table(results)

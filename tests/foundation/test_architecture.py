@@ -29,6 +29,7 @@ SHARED = {
     "xcforge.generated",
     "xcforge.console",
     "xcforge.errors",
+    "xcforge.records",  # the typed records the stages hand on (imports nothing of the tree)
     "xcforge.__init__",
 }
 # They read the matrix and plan (model/: models as signed artifacts); no stage reads them.
@@ -331,6 +332,29 @@ def test_the_three_packages_carry_the_version_pyproject_gives() -> None:
 
     declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
     assert ocicore.__version__ == xcforge.__version__ == declared
+
+
+def test_the_pipeline_builds_the_report_once_at_the_end():
+    source = (ROOT / "xcforge" / "pipeline.py").read_text()
+    body = source[source.index("def run_builds") : source.index("def merge_and_report")]
+    assert body.count("with_outcomes(") == 1
+    assert body.index("with_outcomes(") > body.index("smoke_results(")
+
+
+def test_the_records_between_stages_are_frozen_and_typed():
+    from dataclasses import FrozenInstanceError, fields
+
+    from xcforge import records
+    from xcforge.bake.result import BuildResult, PlatformResult
+
+    assert imported_names((ROOT / "xcforge" / "records.py").read_text(), "xcforge.records")[0] == []
+    result = BuildResult("cpu", "built", [PlatformResult("linux/amd64")], "r/x")
+    with pytest.raises(FrozenInstanceError):
+        result.status = "failed"  # type: ignore[misc]
+    for f in fields(BuildResult):
+        assert "dict[" not in str(f.type) and "list[" not in str(f.type), f"BuildResult.{f.name}: {f.type}"
+    kinds = [records.SignatureRecord, records.VariantRecord, records.AttestationRecord, records.SmokeCheck]
+    assert all(kind.__dataclass_params__.frozen for kind in [*kinds, records.VerificationRecord])  # type: ignore[attr-defined]
 
 
 def test_publish_sign_and_smoke_return_outcomes_instead_of_changing_build_records():
