@@ -276,7 +276,7 @@ def test_the_scan_reads_every_kind_of_prose():
 
 
 def test_the_checks_catch_what_they_are_for():
-    assert missing_paths("see xcforge/plan.py and xcforge/plan/render.py") == {"xcforge/plan.py"}
+    assert missing_paths("see xcforge/plan.py and xcforge/render/dockerfile.py") == {"xcforge/plan.py"}
     assert missing_paths("images/<target>/Dockerfile, images/*/locks/, images/nope/<t>") == {"images/nope/<t>"}
     assert missing_paths("images/engine/.../__init__.py, templates/{Dockerfile,apt}.j2") == set()
     assert missing_paths("docker run xcforge/vllm-cpu:0.32.0-cpu; https://x.org/docs/y; dist/tools/z") == set()

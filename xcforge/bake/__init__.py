@@ -1,4 +1,4 @@
-"""Stage 3, bake: plans → docker buildx bake (docker-bake.hcl + a run file) → OCI archives and build results.
+"""Stage 5, bake: plans → docker buildx bake (docker-bake.hcl + a run file) → OCI archives and build results.
 
 definition.py writes the bake definition (the committed docker-bake.hcl and each run's file),
 runner.py runs `docker buildx bake` and splits its progress per target, stage.py is the stage

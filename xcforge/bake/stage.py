@@ -49,10 +49,11 @@ from xcforge.bake.runner import (
 from xcforge.config.matrix import Matrix
 from xcforge.console import say
 from xcforge.errors import KNOWN_ERRORS, BuildFailed, ConfigError, KnownError, RenderError, exit_code
-from xcforge.plan import locks, placeholders, render_inputs
+from xcforge.lock import locks, placeholders
 from xcforge.plan.build_plan import BuildOptions, BuildPlan, OutputMode, cache_tag
-from xcforge.plan.render import render_target
 from xcforge.records import AttestationRecord
+from xcforge.render import inputs
+from xcforge.render.dockerfile import render_target
 from xcforge.shell import DOCKER, run
 
 STANDIN_LABEL = "io.xcforge.stand-in"
@@ -772,7 +773,7 @@ def _prepare_sdists(matrix: Matrix, plan: BuildPlan) -> None:
     if target.engine.install not in locks.SOURCE_BUILDS or plan.engine_install == "skip":
         return
     # Fetching needs the resolver's module (indexes, archives): loaded only by the targets that do.
-    from xcforge.plan import deps
+    from xcforge.lock import deps
 
     pin = locks.engine_sdist_pin(matrix, target)  # without a lock: the index's file and hash
     version, sha256 = pin or (plan.engine_version, None)
@@ -786,7 +787,7 @@ def check_rendered(matrix: Matrix, plans: list[BuildPlan], cache_dir: Path) -> N
     """The committed bake file and the plans' Dockerfiles are what matrix.yaml and templates/
     render now; skipped when none of their inputs changed since the last time they were."""
     outputs = [matrix.root / definition.BAKE_FILE.name, *(plan.dockerfile for plan in plans)]
-    stamp = render_inputs.Stamp(cache_dir / "rendered.json", render_inputs.digest(matrix, outputs))
+    stamp = inputs.Stamp(cache_dir / "rendered.json", inputs.digest(matrix, outputs))
     if stamp.current():
         return
     if definition.write_or_check(matrix, check=True).status != "unchanged":

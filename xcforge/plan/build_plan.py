@@ -20,9 +20,10 @@ from packaging.version import Version
 from xcforge.config.matrix import Matrix, Target
 from xcforge.config.site import REGISTRY_PREFIX_RE, SiteConfig
 from xcforge.errors import ConfigError
+from xcforge.lock import locks
 from xcforge.paths import DIST_DIR, REPO_ROOT
-from xcforge.plan import locks, render
 from xcforge.plan.verification import PlatformVerification, label_value, planned
+from xcforge.render import dockerfile
 
 
 class OutputMode(StrEnum):
@@ -455,7 +456,7 @@ def _platform_label_args(
     """ENGINE_VERSION_<ARCH> / UNAVAILABLE_<ARCH>: what each platform's own labels say it carries, from
     the same decisions its install takes (engine.fallback, the site's and the lock's left-out packages);
     the image-facts step compares them with what the install recorded and fails the build on a mismatch."""
-    arches = render.platform_labels(target)
+    arches = dockerfile.platform_labels(target)
     if not arches:
         return {}
     matrix_version = matrix.engine_version(target)
@@ -473,7 +474,7 @@ def _platform_label_args(
         elif not skipped:
             left_out = tuple(dict.fromkeys((*omitted, *locks.lock_omitted(matrix, target, platform))))
         args[f"ENGINE_VERSION_{arch.upper()}"] = version
-        args[f"UNAVAILABLE_{arch.upper()}"] = render.unavailable_statement(target, left_out)
+        args[f"UNAVAILABLE_{arch.upper()}"] = dockerfile.unavailable_statement(target, left_out)
     return args
 
 

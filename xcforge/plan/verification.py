@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from xcforge.config.matrix import Matrix, Target
-from xcforge.plan import locks, placeholders
+from xcforge.lock import locks, placeholders
 from xcforge.records import VerificationRecord
 
 
