@@ -319,7 +319,15 @@ def test_every_stage_is_a_subpackage_with_a_docstring(stage):
 
 def test_the_pipeline_runs_the_stages_in_order():
     source = (ROOT / "xcforge" / "pipeline.py").read_text()
-    calls = ["build_all(", "publish_results(", "record_builds(", "sign_results(", "smoke_results(", "write_reports("]
+    calls = [
+        "build_all(",
+        "push_results(",
+        "publish_results(",
+        "record_builds(",
+        "sign_results(",
+        "smoke_results(",
+        "write_reports(",
+    ]
     positions = [source.index(call, source.index("def run_builds")) for call in calls]
     assert positions == sorted(positions)
 

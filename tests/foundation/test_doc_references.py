@@ -379,19 +379,28 @@ def test_exit_code_3_names_only_tools_a_step_checks():
     assert {"docker", "buildx"} <= _checked_tools()  # the messages are read
 
 
-def _build_step() -> str:
+def _step(first: str, after: str) -> str:
     text = (REPO / "docs/architecture.md").read_text()
-    return text[text.index("**Build.** `bake.stage.build_all`") : text.index("**Publish, record, sign, smoke.**")]
+    return text[text.index(first) : text.index(after)]
 
 
-def test_the_build_step_says_what_finish_does_in_its_order():
+def _calls_in_order(path: str, function: str, calls: tuple[str, ...]) -> list[str]:
     import ast
 
-    source = (REPO / "xcforge/bake/stage.py").read_text()
-    finish = next(n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.FunctionDef) and n.name == "_finish")
-    body = ast.get_source_segment(source, finish) or ""
-    calls = ("replace", "write_attestations", "push_layout", "_attach_sboms")
-    code_order = sorted(calls, key=lambda c: body.index(f"{c}("))
-    step = _build_step()
-    doc_order = sorted(calls, key=lambda c: step.index(f"{c}`"))
+    source = (REPO / path).read_text()
+    node = next(n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.FunctionDef) and n.name == function)
+    body = ast.get_source_segment(source, node) or ""
+    return sorted(calls, key=lambda c: body.index(f"{c}("))
+
+
+def test_the_build_and_push_steps_say_what_the_code_does_in_its_order():
+    build = _step("**Build.** `bake.stage.build_all`", "**Publish, record, sign, smoke.**")
+    code_order = _calls_in_order("xcforge/bake/stage.py", "_finish", ("replace", "write_attestations"))
+    doc_order = sorted(code_order, key=lambda c: build.index(f"{c}`"))
     assert doc_order == code_order, f"docs/architecture.md's build step says {doc_order}; _finish does {code_order}"
+    assert "push_layout" not in build  # the bake stage pushes nothing: publish/push.py does
+
+    publish = _step("**Publish, record, sign, smoke.**", "**Report.**")
+    code_order = _calls_in_order("xcforge/publish/push.py", "push_built", ("push_layout", "attach_sboms"))
+    doc_order = sorted(code_order, key=lambda c: publish.index(f"{c}`"))
+    assert doc_order == code_order, f"docs/architecture.md's publish step: {doc_order}; push_built: {code_order}"

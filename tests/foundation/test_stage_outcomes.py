@@ -6,7 +6,8 @@ from __future__ import annotations
 import copy
 
 from xcforge.bake.result import BuildResult, PlatformResult
-from xcforge.records import SignatureRecord
+from xcforge.publish.push import PushOutcome
+from xcforge.records import AttestationRecord, SignatureRecord
 from xcforge.report.results import with_outcomes
 from xcforge.sign.stage import SignOutcome
 from xcforge.smoke.checks import FAIL, PASS, SKIP, SmokeCheck, smoke_outcome
@@ -81,3 +82,19 @@ def test_the_first_error_stands_and_a_passing_smoke_clears_an_earlier_smoke_erro
 def test_outcomes_of_other_targets_are_not_applied():
     [record] = with_outcomes([_build("cpu")], [SignOutcome("mlu", error="x", error_code=7)])
     assert record.error is None and record.signatures == ()
+
+
+def test_a_push_adds_where_the_sboms_went_and_a_failed_push_fails_the_record():
+    attested = AttestationRecord("linux/amd64", DIGEST, "m", 1, "/s.json", None, None, 3)
+    build = _build(attestations=[attested], duration_s=10.0)
+    pushed = PushOutcome(
+        "cpu", (AttestationRecord("linux/amd64", DIGEST, "m", 1, "/s.json", None, None, 3, "r:x.sbom"),), 2.0
+    )
+    [record] = with_outcomes([build], pushed=[pushed])
+    assert record.attestations[0].sbom_ref == "r:x.sbom" and record.duration_s == 12.0
+    assert build.attestations == (attested,)  # the build stage's record is its own
+
+    failed = PushOutcome("cpu", duration_s=1.0, error="cpu: registry down", error_code=6)
+    [record] = with_outcomes([build], pushed=[failed])
+    assert (record.status, record.error, record.error_code) == ("failed", "cpu: registry down", 6)
+    assert record.attestations == (attested,)

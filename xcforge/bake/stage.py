@@ -1,9 +1,10 @@
-"""The bake stage: build plans → images, with docker buildx: the third arrow of the flow.
+"""The bake stage: build plans → images, with docker buildx.
 
-Publishing is two-phase so that a failed or interrupted build leaves nothing under the final tags:
-buildx pushes the image by digest only, and the tags are attached afterwards in one quick,
-manifest-only step (`imagetools create`). Archives are written to a `.partial` name and renamed
-when complete. Registry errors are retried with backoff, then reported with the registry's words.
+Every build writes an OCI archive, to a `.partial` name renamed when complete and checked against
+the digest bake reported: archive output into dist/, a push's into a work file that the publish
+stage pushes by digest, tags last and deletes (xcforge/publish/push.py). So a failed or interrupted
+build leaves nothing under the final tags. A bake whose pushes of its cache hit a registry error is
+retried with backoff, then reported with the registry's words.
 """
 
 from __future__ import annotations
@@ -24,13 +25,9 @@ from typing import Any, NamedTuple, TypedDict, Unpack
 from urllib.parse import quote, urlsplit, urlunsplit
 
 from ocicore import layout, registry
-from ocicore.digest import is_sha256
 from ocicore.errors import RegistryError
 from ocicore.layout import attestation_dir, merge_archives
-from ocicore.push import push_layout
-from ocicore.registry import RegistryClient, parse_reference
 from xcforge import console, files
-from xcforge.attest import sbom
 from xcforge.attest.attestations import load_recorded, write_attestations
 from xcforge.bake import definition
 from xcforge.bake.engine_wheel import ensure_engine_wheel
@@ -187,7 +184,10 @@ def _skip_if_unchanged(plan: BuildPlan, fingerprint: str, record_path: Path | No
         platforms = tuple(PlatformResult(p, d, s) for p, (d, s) in sorted(in_registry.items()))
         attestations = load_recorded(_attestation_dir(plan), {p.digest for p in platforms})
         return replace(
-            _result(plan, "skipped", digest=digest), platforms=platforms, refs=(ref,), attestations=tuple(attestations)
+            result_for(plan, "skipped", digest=digest),
+            platforms=platforms,
+            refs=(ref,),
+            attestations=tuple(attestations),
         )
     archive = plan.archive_path  # set in ARCHIVE mode
     if plan.output is OutputMode.ARCHIVE and archive and record_path and record_path.exists() and archive.exists():
@@ -197,7 +197,7 @@ def _skip_if_unchanged(plan: BuildPlan, fingerprint: str, record_path: Path | No
         platforms = tuple(PlatformResult(**p) for p in record.get("platforms", []))
         attestations = load_recorded(_attestation_dir(plan), {p.digest for p in platforms})
         return replace(
-            _result(plan, "skipped", digest=record.get("digest")),
+            result_for(plan, "skipped", digest=record.get("digest")),
             platforms=platforms,
             archive=str(plan.archive_path),
             refs=tuple(plan.refs),
@@ -215,7 +215,8 @@ class _ResultFacts(TypedDict, total=False):
     fingerprint: str | None
 
 
-def _result(plan: BuildPlan, status: str, **kw: Unpack[_ResultFacts]) -> BuildResult:
+def result_for(plan: BuildPlan, status: str, **kw: Unpack[_ResultFacts]) -> BuildResult:
+    """A target's record as its plan makes it (the notes of a vendor image), before anything is built."""
     vendor = plan.target.vendor_image
     # A target on the vendor's own vLLM image says so in the report, with what its build asserts.
     notes = (
@@ -308,7 +309,7 @@ def _prepare(
                 notes=(*skipped.notes, "unchanged since the last build (same fingerprint); --force rebuilds"),
             )
 
-    result = _result(plan, "failed", base_digest=base_digest, base_kind=base_kind, fingerprint=fingerprint)
+    result = result_for(plan, "failed", base_digest=base_digest, base_kind=base_kind, fingerprint=fingerprint)
     notes = list(result.notes)
     if base_kind == "stand-in":
         notes.append(f"built on a stand-in for {plan.base_original}, not the vendor base")
@@ -336,14 +337,8 @@ def _prepare(
                 with os.fdopen(fd, "w") as fh:
                     fh.write(content)
                 secret_files["pip.conf"] = path
-    # Archive output goes to dist/ (renamed from .partial when complete); push modes use a work file.
-    final_archive = (
-        plan.archive_path
-        or plan.dist_dir
-        / ".work"
-        / f"{name}-{'-'.join(a for a in plan.target.archs if f'linux/{a}' in plan.platforms)}.oci.tar"
-    )
-    partial = final_archive.with_name(final_archive.name + ".partial")
+    # Archive output goes to dist/, a push's to a work file (renamed from .partial when complete).
+    partial = plan.built_archive.with_name(plan.built_archive.name + ".partial")
     partial.parent.mkdir(parents=True, exist_ok=True)
     by_lane: dict[Lane, list[str]] = {}
     for platform in plan.platforms:
@@ -516,7 +511,7 @@ def build_all(
         try:
             prepared = _prepare(plan, builders, engine_hash, request.options.force, multi_node)
         except KNOWN_ERRORS as exc:
-            prepared = replace(_result(plan, "failed"), error=exc.message, error_code=exit_code(exc))
+            prepared = replace(result_for(plan, "failed"), error=exc.message, error_code=exit_code(exc))
         if isinstance(prepared, BuildResult):
             results[plan.target.name] = prepared
             if prepared.error and not request.keep_going:
@@ -660,88 +655,39 @@ class _Finished(NamedTuple):
 def _finish(
     plan: BuildPlan, partial: Path, record_path: Path | None, fingerprint: str | None, *, loaded: bool = False
 ) -> _Finished:
+    """The whole, checked archive under its own name (`plan.built_archive`), then its SBOM and
+    provenance; for archive output also the engine's copy and the record a later run skips by."""
     reader = layout.OciArchive(partial)
     digest, _ = reader.top_index()
     platforms = tuple(PlatformResult(p, d, s) for p, (d, s) in sorted(reader.platforms().items()))
-    source = partial
-    if not plan.output.pushes:
-        # The archive is whole and its digest checked (_assemble): it takes its final name now, so
-        # that the old one is freed while the SBOM is written. Its record goes first and comes back
-        # last: until then the archive counts as not built (the next run builds it again).
-        assert plan.archive_path and record_path
+    # The archive is whole and its digest checked (_assemble): it takes its final name now, so
+    # that the old one is freed while the SBOM is written. Its record goes first and comes back
+    # last: until then the archive counts as not built (the next run builds it again).
+    if record_path:
         record_path.unlink(missing_ok=True)
-        files.replace(partial, plan.archive_path)
-        source = plan.archive_path
+    files.replace(partial, plan.built_archive)
     say(f"[{plan.target.name}] reading each platform's package databases for its SBOM")
     sbom_started = time.monotonic()
     cache = plan.dist_dir / ".cache" / "sbom"
-    attestations = tuple(write_attestations(source, _attestation_dir(plan), plan.image_repo, cache=cache))
+    attestations = tuple(write_attestations(plan.built_archive, _attestation_dir(plan), plan.image_repo, cache=cache))
     for entry in attestations:
         say(f"[{plan.target.name}] SBOM {entry.platform}: {entry.components} components → {entry.sbom}")
     say(f"[{plan.target.name}] SBOMs and provenance written in {time.monotonic() - sbom_started:.1f} s")
-    if not plan.output.pushes:
-        assert plan.archive_path and record_path
-        # Operators `docker load` this same file. The local engine has the image already when BuildKit
-        # exported it there too (same export, same digest); a remote builder's archive is loaded here.
-        if not loaded:
-            run([DOCKER, "load", "--input", str(plan.archive_path)], capture=True)
-        record = {
-            "fingerprint": fingerprint,
-            "digest": digest,
-            "platforms": [vars(p) for p in platforms],
-            "refs": list(plan.refs),
-        }
-        record_path.write_text(json.dumps(record, indent=2) + "\n")
-        return _Finished(digest, platforms, attestations, str(plan.archive_path))
-    with console.group(f"push {plan.image_repo}@{digest}"):
-        push_layout(partial, plan.image_repo, plan.tags, progress=lambda m: say(f"[{plan.target.name}] {m}"))
-        attestations = _attach_sboms(plan, attestations)
-    if plan.output is OutputMode.PUSH_BY_DIGEST:
-        platform = plan.platforms[0]
-        out = plan.archive_dir_for_digests()
-        out.mkdir(parents=True, exist_ok=True)
-        record = {"target": plan.target.name, "platform": platform, "repo": plan.image_repo, "digest": digest}
-        (out / f"{plan.target.name}-{platform.split('/')[1]}.json").write_text(json.dumps(record) + "\n")
-    return _Finished(digest, platforms, attestations, None)
-
-
-def _attach_sboms(plan: BuildPlan, attestations: tuple[AttestationRecord, ...]) -> tuple[AttestationRecord, ...]:
-    """The raw SBOM next to each platform manifest (`sha256-<hex>.sbom`); signed at the sign step.
-    Returns the records with where each was attached."""
-    from signing.attest import attach_sbom
-
-    ref = parse_reference(plan.image_repo)
-    client = RegistryClient(ref.registry)
-    attached = []
-    for entry in attestations:
-        data = Path(entry.sbom).read_bytes()
-        subject = {"mediaType": entry.media_type, "size": entry.size, "digest": entry.digest}
-        sbom_ref = attach_sbom(client, ref.repository, subject, data, sbom.MEDIA_TYPE)
-        say(f"[{plan.target.name}] SBOM {entry.platform} attached: {sbom_ref}")
-        attached.append(replace(entry, sbom_ref=sbom_ref))
-    return tuple(attached)
-
-
-def _attach_tags(plan: BuildPlan, digest: str, sources: list[str] | None = None, matrix: Matrix | None = None) -> None:
-    """Phase two of publishing: point every final tag at the pushed digest(s), with retries.
-
-    A loop of its own, not urllib3's Retry: `docker buildx imagetools create` is a subprocess doing
-    its own HTTP, so the retry is of the command, decided on its last stderr line (`RETRYABLE`)."""
-    cmd = [DOCKER, "buildx", "imagetools", "create"]
-    for ref in plan.refs:
-        cmd += ["--tag", ref]
-    if matrix is not None:  # a merged index gets the image's annotations (definition.ANNOTATED_LABELS)
-        for key, value in definition.annotated_labels(matrix, plan.target, plan.build_args).items():
-            cmd += ["--annotation", f"index:{key}={value}"]
-    cmd += sources or [f"{plan.image_repo}@{digest}"]
-    for attempt in range(1, REGISTRY_RETRIES + 1):
-        proc = run(cmd, capture=True, check=False)
-        if proc.returncode == 0:
-            return
-        message = (proc.stderr.decode(errors="replace").strip().splitlines() or ["no output"])[-1]
-        if attempt == REGISTRY_RETRIES or not RETRYABLE.search(message):
-            raise RegistryError(f"{plan.target.name}: tagging {plan.image_repo} failed: {message}")
-        time.sleep(5 * 3 ** (attempt - 1))
+    if plan.output.pushes:
+        return _Finished(digest, platforms, attestations, None)  # the publish stage pushes it (publish/push.py)
+    assert plan.archive_path and record_path
+    # Operators `docker load` this same file. The local engine has the image already when BuildKit
+    # exported it there too (same export, same digest); a remote builder's archive is loaded here.
+    if not loaded:
+        run([DOCKER, "load", "--input", str(plan.archive_path)], capture=True)
+    record = {
+        "fingerprint": fingerprint,
+        "digest": digest,
+        "platforms": [vars(p) for p in platforms],
+        "refs": list(plan.refs),
+    }
+    record_path.write_text(json.dumps(record, indent=2) + "\n")
+    return _Finished(digest, platforms, attestations, str(plan.archive_path))
 
 
 # --------------------------------------------------------------------------- many targets
@@ -805,27 +751,4 @@ def check_rendered(matrix: Matrix, plans: list[BuildPlan], cache_dir: Path) -> N
     stamp.record()
 
 
-def merge_digests(matrix: Matrix, plan: BuildPlan, digests: list[str]) -> BuildResult:
-    """Split CI mode, second half: assemble the index from per-platform digests, then tag it."""
-    for digest in digests:
-        if not is_sha256(digest):
-            raise ConfigError(
-                f"--digest {digest!r} is not a digest (sha256:<64 hex>); pass each platform's digest as "
-                "`build --push-by-digest` printed it"
-            )
-    started = time.monotonic()
-    sources = [f"{plan.image_repo}@{d}" for d in digests]
-    _attach_tags(plan, digests[0], sources=sources, matrix=matrix)
-    digest = registry.resolve_digest(plan.refs[0])
-    result = _result(plan, "built", digest=digest)
-    platforms = registry.registry_platforms(plan.image_repo, digest)
-    return replace(
-        result,
-        refs=tuple(plan.refs),
-        platforms=tuple(PlatformResult(p, d, s) for p, (d, s) in sorted(platforms.items())),
-        duration_s=time.monotonic() - started,
-        notes=(*result.notes, f"index assembled from {len(digests)} platform digest(s)"),
-    )
-
-
-__all__ = ["BuildRequest", "build_all", "merge_digests", "output_spec"]
+__all__ = ["BuildRequest", "build_all", "output_spec", "result_for"]

@@ -95,6 +95,15 @@ class BuildPlan:
     fallback: tuple[str, ...] = ()  # platforms built with the matrix's engine.fallback pairing
     verification: tuple[PlatformVerification, ...] = ()  # what a successful build proves, per platform
 
+    @property
+    def built_archive(self) -> Path:
+        """The OCI archive the bake leaves: archive_path for archive output; for a push, a work file
+        under dist/.work that the publish stage pushes and then deletes."""
+        if self.archive_path:
+            return self.archive_path
+        archs = "-".join(a for a in self.target.archs if f"linux/{a}" in self.platforms)
+        return self.dist_dir / ".work" / f"{self.target.name}-{archs}.oci.tar"
+
     def archive_dir_for_digests(self) -> Path:
         """Where split builds leave their per-platform digest records for `merge`."""
         return self.dist_dir / "digests"

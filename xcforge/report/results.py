@@ -24,6 +24,7 @@ from xcforge.errors import ConfigError, SmokeFailed
 from xcforge.records import VariantRecord
 
 if TYPE_CHECKING:
+    from xcforge.publish.push import PushOutcome
     from xcforge.publish.zstd import PublishOutcome
     from xcforge.sign.stage import SignOutcome
     from xcforge.smoke.checks import SmokeOutcome
@@ -36,8 +37,9 @@ def with_outcomes(
     signed: Iterable[SignOutcome] = (),
     smoked: Iterable[SmokeOutcome] = (),
     published: Iterable[PublishOutcome] = (),
+    pushed: Iterable[PushOutcome] = (),
 ) -> list[BuildResult]:
-    """The report's records: each build record with its target's publish, sign and smoke
+    """The report's records: each build record with its target's push, publish, sign and smoke
     outcomes, as new records (the build stage's own are frozen and stay as they were).
 
     The first error stands (a target whose signing failed is not smoke-tested). A smoke error is
@@ -47,9 +49,11 @@ def with_outcomes(
     by_sign = {o.target: o for o in signed}
     by_smoke = {o.target: o for o in smoked}
     by_publish = {o.target: o for o in published}
+    by_push = {o.target: o for o in pushed}
     records = []
     for build in builds:
-        record = _with_publish(build, by_publish.get(build.target))
+        record = _with_push(build, by_push.get(build.target))
+        record = _with_publish(record, by_publish.get(build.target))
         record = _with_sign(record, by_sign.get(build.target))
         records.append(_with_smoke(record, by_smoke.get(build.target)))
     return records
@@ -57,6 +61,18 @@ def with_outcomes(
 
 def _first_error(record: BuildResult, error: str | None, error_code: int) -> dict[str, Any]:
     return {"error": error, "error_code": error_code} if error and not record.error else {}
+
+
+def _with_push(record: BuildResult, push: PushOutcome | None) -> BuildResult:
+    """The pushed record: its SBOMs' registry tags and the push's time; a failed push fails it."""
+    if push is None:
+        return record
+    duration = record.duration_s + push.duration_s
+    if push.error:
+        return replace(
+            record, status="failed", duration_s=duration, **_first_error(record, push.error, push.error_code)
+        )
+    return replace(record, attestations=push.attestations, duration_s=duration)
 
 
 def _with_publish(record: BuildResult, publish: PublishOutcome | None) -> BuildResult:

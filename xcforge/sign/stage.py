@@ -27,6 +27,7 @@ if TYPE_CHECKING:  # signing's schemes load when something is signed
     from signing.sign import AttestationRecord as SigningAttestation
     from signing.sign import SignatureRecord as SigningSignature
     from signing.sm2_keys import Sm2PrivateKey
+    from xcforge.publish.push import PushOutcome
     from xcforge.publish.zstd import PublishOutcome
 
     # What sign_subject returns, one per signature, attestation or keyless signature made.
@@ -39,15 +40,21 @@ def audit_log(dist: Path) -> AuditLog:
     return AuditLog(Path(os.environ.get(AUDIT_ENV, dist / "audit.log.jsonl")))
 
 
-def record_builds(results: list[BuildResult], dist: Path, published: Iterable[PublishOutcome] = ()) -> None:
+def record_builds(
+    results: list[BuildResult],
+    dist: Path,
+    pushed: Iterable[PushOutcome] = (),
+    published: Iterable[PublishOutcome] = (),
+) -> None:
     """One audit entry per build and push: who, when, what digest, result (nothing secret); then
     one per variant the publish stage wrote."""
     log = audit_log(dist)
     outcomes = {o.target: o for o in published}
+    push_errors = {o.target: o.error for o in pushed if o.error}
     for result in results:
         action = "push" if result.output.pushes else "build"
         outcome = outcomes.get(result.target)
-        error = result.error or (outcome.error if outcome else None)
+        error = result.error or push_errors.get(result.target) or (outcome.error if outcome else None)
         log.record(
             action,
             digest=result.digest or "",
