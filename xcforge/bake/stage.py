@@ -561,8 +561,9 @@ def build_all(
 
 
 def _baked(pending: _Pending, lanes: list[_LaneOutcome | None], request: BuildRequest) -> BuildResult | None:
-    """One target's record, put together from what each of its lanes found: the built image's
-    (archive renamed, or pushed), or the first lane's error (None: not built, and no error of its own)."""
+    """One target's record, put together on the main thread from what each of its lanes found: the
+    built image's (its archive checked, at the plan's built_archive, SBOMs written), or the first
+    lane's error (None: not built, and no error of its own)."""
     found = [lane or _LaneOutcome() for lane in lanes]
     error = next((lane for lane in found if lane.error), None)
     result = replace(
