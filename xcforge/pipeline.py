@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from xcforge import console
+from xcforge.bake.contexts import check_rendered, prepare_contexts
 from xcforge.bake.docker_env import check_docker, start_docker_check
 from xcforge.bake.runner import BuilderNode, check_builder, prefetch_nodes
-from xcforge.bake.stage import BuildRequest, build_all, check_rendered, prepare_contexts
+from xcforge.bake.stage import BuildRequest, build_all
 from xcforge.config.matrix import Matrix
 from xcforge.console import say
 from xcforge.errors import BuildFailed, ConfigError

@@ -1,4 +1,4 @@
-"""The build's drift check (bake.stage.check_rendered) and the stamp that lets it skip re-rendering:
+"""The build's drift check (bake.contexts.check_rendered) and the stamp that lets it skip re-rendering:
 skipped only while every input and committed output is byte for byte what the last passing check
 saw; any change to either is rendered and compared in full."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from xcforge.bake.stage import check_rendered
+from xcforge.bake.contexts import check_rendered
 from xcforge.config.matrix import load_matrix
 from xcforge.config.site import SiteConfig
 from xcforge.errors import RenderError

@@ -241,7 +241,7 @@ def _later_stages(
 
 
 def run_contexts(args: argparse.Namespace) -> int:
-    from xcforge.bake.stage import prepare_contexts
+    from xcforge.bake.contexts import prepare_contexts
 
     matrix, targets = selected_targets(args)
     site = load_site(args.site)
