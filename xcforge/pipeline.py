@@ -1,11 +1,11 @@
-"""The stage order of a build run, in one place: check → contexts → build → publish → record → sign → smoke
-→ report.
+"""The stage order of a build run, in one place: check → contexts → build → push → zstd → record → sign
+→ smoke → report.
 
-Each stage is a function of the results of the one before and returns its own: build → BuildResult
-per target, publish (`--zstd`) → PublishOutcome, sign → SignOutcome, smoke → SmokeOutcome; the
-report stage puts them together
-(`with_outcomes`). None of them imports a later one, and none changes another's result. The
-standalone `zstd`, `sign` and `smoke` commands call the same stage functions on recorded results.
+Each stage is a function of the results of the one before and returns its own: build → a frozen
+BuildResult per target, push → PushOutcome, zstd (`--zstd`) → PublishOutcome, sign → SignOutcome,
+smoke → SmokeOutcome; the report stage puts them together, once, at the end (`with_outcomes`).
+None of them imports a later one, and none changes another's result. The standalone `zstd`, `sign`
+and `smoke` commands call the same stage functions on recorded results.
 """
 
 from __future__ import annotations
@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from xcforge import console
+from xcforge.bake.contexts import check_rendered, prepare_contexts
 from xcforge.bake.docker_env import check_docker, start_docker_check
 from xcforge.bake.runner import BuilderNode, check_builder, prefetch_nodes
-from xcforge.bake.stage import BuildRequest, build_all, check_rendered, merge_digests, prepare_contexts
+from xcforge.bake.stage import BuildRequest, build_all
 from xcforge.config.matrix import Matrix
 from xcforge.console import say
 from xcforge.errors import BuildFailed, ConfigError
@@ -44,6 +45,7 @@ def _load_later_stages() -> None:
     for seconds with this process idle, and loading them first (rich's tables, the smoke and sign
     stages, the audit log: 0.1 s) would put them on the user's clock before the bake starts. (The
     functions below import them again by name, from the module cache by then.)"""
+    import xcforge.publish.push
     import xcforge.publish.zstd
     import xcforge.report.results
     import xcforge.sign.stage
@@ -95,27 +97,29 @@ def run_builds(request: BuildRequest, later: LaterStages) -> int:
         _load_later_stages()
 
     builds = build_all(request, engine_hash, while_baking=while_baking)
+    from xcforge.publish import push
     from xcforge.publish import zstd as publish
     from xcforge.report import results as report
     from xcforge.sign import stage as sign
     from xcforge.smoke import checks as smoke
 
-    for build in builds:
-        if build.error:
-            console.annotate_error(build.error)
-    failed = any(build.error for build in builds)
+    pushed = push.push_results(builds, plans)
+    for message in [b.error for b in builds] + [o.error for o in pushed]:
+        if message:
+            console.annotate_error(message)
+    failed = any(build.error for build in builds) or any(outcome.error for outcome in pushed)
 
     # The zstd variants, before anything is signed: the sign stage signs their digests too.
     published = publish.publish_results(builds, later.zstd) if later.zstd and not failed else []
     failed |= any(outcome.error for outcome in published)
-    builds = report.with_outcomes(builds, published=published)
-    sign.record_builds(builds, request.options.dist_dir)
-    signed = sign.sign_results(builds, later.sign) if later.sign and not failed else []
+    sign.record_builds(builds, request.options.dist_dir, pushed, published)
+    signed = sign.sign_results(builds, later.sign, published) if later.sign and not failed else []
     failed |= any(outcome.error for outcome in signed)
     smoked = smoke.smoke_results(builds, later.smoke) if later.smoke and not failed else []
     failed |= any(outcome.error for outcome in smoked)
 
-    results = report.with_outcomes(builds, signed, smoked)
+    # The report, once: each frozen build record with what the later stages returned for it.
+    results = report.with_outcomes(builds, signed, smoked, published, pushed)
     dist = request.options.dist_dir
     json_path, md_path = report.write_reports(report.merge_into_report(results, dist), dist)
     report.print_table(results)
@@ -137,6 +141,7 @@ def run_builds(request: BuildRequest, later: LaterStages) -> int:
 
 def merge_and_report(matrix: Matrix, plan: BuildPlan, digests: list[str]) -> int:
     """Split CI mode, second half: the index from per-platform digests (build stage), then the report."""
+    from xcforge.publish.push import merge_digests
     from xcforge.report import results as report
 
     result = merge_digests(matrix, plan, digests)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from xcforge_engine import install_check
 
-from xcforge.plan.placeholders import Placeholder, write
+from xcforge.lock.placeholders import Placeholder, write
 
 LOCK = """# xcforge-status: locked
 fastapi==0.123.10 \\

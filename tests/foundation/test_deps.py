@@ -13,7 +13,7 @@ import yaml
 
 from xcforge.config.matrix import load_matrix
 from xcforge.config.site import SiteConfig
-from xcforge.plan import deps, locks
+from xcforge.lock import deps, locks
 from xcforge.plan.verification import planned
 
 REPO = deps.Path(__file__).resolve().parents[2]

@@ -276,7 +276,7 @@ def test_the_scan_reads_every_kind_of_prose():
 
 
 def test_the_checks_catch_what_they_are_for():
-    assert missing_paths("see xcforge/plan.py and xcforge/plan/render.py") == {"xcforge/plan.py"}
+    assert missing_paths("see xcforge/plan.py and xcforge/render/dockerfile.py") == {"xcforge/plan.py"}
     assert missing_paths("images/<target>/Dockerfile, images/*/locks/, images/nope/<t>") == {"images/nope/<t>"}
     assert missing_paths("images/engine/.../__init__.py, templates/{Dockerfile,apt}.j2") == set()
     assert missing_paths("docker run xcforge/vllm-cpu:0.32.0-cpu; https://x.org/docs/y; dist/tools/z") == set()
@@ -379,19 +379,28 @@ def test_exit_code_3_names_only_tools_a_step_checks():
     assert {"docker", "buildx"} <= _checked_tools()  # the messages are read
 
 
-def _build_step() -> str:
+def _step(first: str, after: str) -> str:
     text = (REPO / "docs/architecture.md").read_text()
-    return text[text.index("**Build.** `bake.stage.build_all`") : text.index("**Publish, record, sign, smoke.**")]
+    return text[text.index(first) : text.index(after)]
 
 
-def test_the_build_step_says_what_finish_does_in_its_order():
+def _calls_in_order(path: str, function: str, calls: tuple[str, ...]) -> list[str]:
     import ast
 
-    source = (REPO / "xcforge/bake/stage.py").read_text()
-    finish = next(n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.FunctionDef) and n.name == "_finish")
-    body = ast.get_source_segment(source, finish) or ""
-    calls = ("replace", "write_attestations", "push_layout", "_attach_sboms")
-    code_order = sorted(calls, key=lambda c: body.index(f"{c}("))
-    step = _build_step()
-    doc_order = sorted(calls, key=lambda c: step.index(f"{c}`"))
+    source = (REPO / path).read_text()
+    node = next(n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.FunctionDef) and n.name == function)
+    body = ast.get_source_segment(source, node) or ""
+    return sorted(calls, key=lambda c: body.index(f"{c}("))
+
+
+def test_the_build_and_push_steps_say_what_the_code_does_in_its_order():
+    build = _step("**Build.** `bake.stage.build_all`", "**Publish, record, sign, smoke.**")
+    code_order = _calls_in_order("xcforge/bake/stage.py", "_finish", ("replace", "write_attestations"))
+    doc_order = sorted(code_order, key=lambda c: build.index(f"{c}`"))
     assert doc_order == code_order, f"docs/architecture.md's build step says {doc_order}; _finish does {code_order}"
+    assert "push_layout" not in build  # the bake stage pushes nothing: publish/push.py does
+
+    publish = _step("**Publish, record, sign, smoke.**", "**Report.**")
+    code_order = _calls_in_order("xcforge/publish/push.py", "push_built", ("push_layout", "attach_sboms"))
+    doc_order = sorted(code_order, key=lambda c: publish.index(f"{c}`"))
+    assert doc_order == code_order, f"docs/architecture.md's publish step: {doc_order}; push_built: {code_order}"

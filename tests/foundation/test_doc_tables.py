@@ -1,4 +1,4 @@
-"""Doc sections generated from the code (xcforge/plan/doc_tables.py, readme_table.py): every
+"""Doc sections generated from the code (xcforge/docgen/doc_tables.py, readme_table.py): every
 backend module and every target has its row, and `render --check` sees a hand edit or a new module."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import tomllib
 from pathlib import Path
 
 from xcforge.config.matrix import engine_backends, load_matrix
-from xcforge.plan import doc_tables, readme_table
+from xcforge.docgen import doc_tables, readme_table
 
 REPO = Path(__file__).resolve().parents[2]
 MATRIX = load_matrix(REPO / "matrix.yaml")

@@ -123,7 +123,7 @@ def test_the_scan_catches_a_special_case_and_leaves_docs_free():
     ):
         assert names("musa", special_case), special_case
     assert not names("musa", "MemUsage in the cgroup stats")
-    assert _code("xcforge/plan/render.py") and _code("images/engine/src/xcforge_engine/serve.py")
+    assert _code("xcforge/render/dockerfile.py") and _code("images/engine/src/xcforge_engine/serve.py")
     assert _code("ocicore/registry.py") and _code("signing/verify.py") and _code("scripts/provision.sh")
     assert not _code("docs/engine.md") and not _code("README.md") and not _code("images/engine/README.md")
     assert not _code("images/musa/Dockerfile") and not _code("tests/foundation/test_matrix.py")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from xcforge.config.matrix import load_matrix
-from xcforge.plan.render import render_target
+from xcforge.render.dockerfile import render_target
 
 REPO = Path(__file__).resolve().parents[2]
 MATRIX = load_matrix(REPO / "matrix.yaml")
@@ -177,17 +177,17 @@ def test_unknown_target_lists_valid_ones():
 
 
 def test_render_check_detects_drift(tmp_path):
-    from xcforge.plan import render
+    from xcforge.render import dockerfile
 
     shutil.copytree(REPO / "templates", tmp_path / "templates")
     shutil.copy(REPO / "matrix.yaml", tmp_path / "matrix.yaml")
     matrix = load_matrix(tmp_path / "matrix.yaml")
     targets = list(matrix.targets.values())
-    assert {r.status for r in render.write_or_check(matrix, targets, check=True)} == {"missing"}
-    render.write_or_check(matrix, targets, check=False)
+    assert {r.status for r in dockerfile.write_or_check(matrix, targets, check=True)} == {"missing"}
+    dockerfile.write_or_check(matrix, targets, check=False)
     path = tmp_path / "images" / "cpu" / "Dockerfile"
     path.write_text(path.read_text() + "# hand edit\n")
-    statuses = {r.path.parent.name: r.status for r in render.write_or_check(matrix, targets, check=True)}
+    statuses = {r.path.parent.name: r.status for r in dockerfile.write_or_check(matrix, targets, check=True)}
     assert statuses["cpu"] == "stale" and statuses["cuda"] == "unchanged"
 
 

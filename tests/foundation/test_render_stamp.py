@@ -1,4 +1,4 @@
-"""The build's drift check (bake.stage.check_rendered) and the stamp that lets it skip re-rendering:
+"""The build's drift check (bake.contexts.check_rendered) and the stamp that lets it skip re-rendering:
 skipped only while every input and committed output is byte for byte what the last passing check
 saw; any change to either is rendered and compared in full."""
 
@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from xcforge.bake.stage import check_rendered
+from xcforge.bake.contexts import check_rendered
 from xcforge.config.matrix import load_matrix
 from xcforge.config.site import SiteConfig
 from xcforge.errors import RenderError
-from xcforge.plan import render_inputs
 from xcforge.plan.build_plan import BuildOptions, make_plan
+from xcforge.render import inputs
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -61,11 +61,11 @@ def test_a_changed_template_is_rendered_and_its_drift_caught(project: Path) -> N
 def test_every_input_and_output_is_part_of_the_digest(project: Path, changed: str) -> None:
     matrix = load_matrix(project / "matrix.yaml")
     outputs = [project / "docker-bake.hcl", project / "images" / "mlu" / "Dockerfile"]
-    before = render_inputs.digest(matrix, outputs)
-    assert render_inputs.digest(matrix, outputs) == before
+    before = inputs.digest(matrix, outputs)
+    assert inputs.digest(matrix, outputs) == before
     path = project / changed
     path.write_text(path.read_text() + "\n")
-    assert render_inputs.digest(matrix, outputs) != before
+    assert inputs.digest(matrix, outputs) != before
 
 
 def test_a_failed_check_stamps_nothing(project: Path) -> None:

@@ -17,7 +17,7 @@ import yaml
 from xcforge.config.matrix import parse_matrix
 from xcforge.config.site import SiteConfig
 from xcforge.errors import ConfigError
-from xcforge.plan.render import render_target
+from xcforge.render.dockerfile import render_target
 
 REPO = Path(__file__).resolve().parents[2]
 RAW = yaml.safe_load((REPO / "matrix.yaml").read_text())

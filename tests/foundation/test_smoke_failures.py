@@ -62,8 +62,8 @@ def test_a_gguf_smoke_model_for_an_engine_that_is_not_llama_cpp_is_a_config_erro
     from xcforge.config.matrix import load_matrix
     from xcforge.config.site import SiteConfig
     from xcforge.errors import ConfigError
+    from xcforge.lock import locks
     from xcforge.paths import REPO_ROOT
-    from xcforge.plan import locks
     from xcforge.smoke import gguf
 
     matrix = load_matrix(REPO_ROOT / "matrix.yaml")

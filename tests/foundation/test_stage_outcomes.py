@@ -6,6 +6,8 @@ from __future__ import annotations
 import copy
 
 from xcforge.bake.result import BuildResult, PlatformResult
+from xcforge.publish.push import PushOutcome
+from xcforge.records import AttestationRecord, SignatureRecord
 from xcforge.report.results import with_outcomes
 from xcforge.sign.stage import SignOutcome
 from xcforge.smoke.checks import FAIL, PASS, SKIP, SmokeCheck, smoke_outcome
@@ -40,7 +42,7 @@ def test_smoke_outcome_raises_served_platforms_and_names_failures():
     outcome = smoke_outcome("cpu", checks, device=False)
     assert outcome.levels == (("linux/amd64", "served-cpu"),)
     assert outcome.error == "1 smoke check(s) failed: health (linux/arm64)" and outcome.error_code == 9
-    assert [c["check"] for c in outcome.failed] == ["health"]
+    assert [c.check for c in outcome.failed] == ["health"]
     assert smoke_outcome("cpu", checks[:1], device=True).levels == (("linux/amd64", "device-tested"),)
     assert smoke_outcome("cpu", checks[:1], device=False).error is None
 
@@ -48,14 +50,14 @@ def test_smoke_outcome_raises_served_platforms_and_names_failures():
 def test_the_report_record_joins_build_sign_and_smoke_without_touching_the_build():
     build = _build(notes=["built on a stand-in"])
     before = copy.deepcopy(build)
-    signed = SignOutcome("cpu", ({"scheme": "sm2", "digest": DIGEST, "result": "signed"},), ("no SBOM recorded",))
+    signed = SignOutcome("cpu", (SignatureRecord("sm2", DIGEST, "0123456789abcdef"),), ("no SBOM recorded",))
     smoked = smoke_outcome("cpu", [SmokeCheck("serve-completion", "linux/amd64", PASS)], device=False)
     [record] = with_outcomes([build], [signed], [smoked])
     assert build == before  # the build stage's record is its own
-    assert record.signatures == [{"scheme": "sm2", "digest": DIGEST, "result": "signed"}]
-    assert record.notes == ["built on a stand-in", "no SBOM recorded"]
-    assert [c["check"] for c in record.smoke] == ["serve-completion"]
-    assert [v["level"] for v in record.verification] == ["served-cpu", "built"]
+    assert record.signatures == (SignatureRecord("sm2", DIGEST, "0123456789abcdef", result="signed"),)
+    assert record.notes == ("built on a stand-in", "no SBOM recorded")
+    assert [c.check for c in record.smoke] == ["serve-completion"]
+    assert [v.level for v in record.verification] == ["served-cpu", "built"]
     assert record.error is None
 
 
@@ -79,4 +81,20 @@ def test_the_first_error_stands_and_a_passing_smoke_clears_an_earlier_smoke_erro
 
 def test_outcomes_of_other_targets_are_not_applied():
     [record] = with_outcomes([_build("cpu")], [SignOutcome("mlu", error="x", error_code=7)])
-    assert record.error is None and record.signatures == []
+    assert record.error is None and record.signatures == ()
+
+
+def test_a_push_adds_where_the_sboms_went_and_a_failed_push_fails_the_record():
+    attested = AttestationRecord("linux/amd64", DIGEST, "m", 1, "/s.json", None, None, 3)
+    build = _build(attestations=[attested], duration_s=10.0)
+    pushed = PushOutcome(
+        "cpu", (AttestationRecord("linux/amd64", DIGEST, "m", 1, "/s.json", None, None, 3, "r:x.sbom"),), 2.0
+    )
+    [record] = with_outcomes([build], pushed=[pushed])
+    assert record.attestations[0].sbom_ref == "r:x.sbom" and record.duration_s == 12.0
+    assert build.attestations == (attested,)  # the build stage's record is its own
+
+    failed = PushOutcome("cpu", duration_s=1.0, error="cpu: registry down", error_code=6)
+    [record] = with_outcomes([build], pushed=[failed])
+    assert (record.status, record.error, record.error_code) == ("failed", "cpu: registry down", 6)
+    assert record.attestations == (attested,)

@@ -22,8 +22,8 @@ from packaging.utils import canonicalize_name
 
 from xcforge.config.matrix import load_matrix
 from xcforge.config.site import SiteConfig
-from xcforge.plan import deps as deps_mod
-from xcforge.plan import locks
+from xcforge.lock import deps as deps_mod
+from xcforge.lock import locks
 
 ROOT = Path(__file__).resolve().parents[2]
 MATRIX = load_matrix(ROOT / "matrix.yaml")

@@ -291,21 +291,21 @@ def test_the_stage_records_the_variant_and_both_digests_are_signed_and_verify(cl
     outcome = publish_zstd(build, work_dir=tmp_path, say=quiet)
     assert outcome.error is None
     [record] = with_outcomes([build], published=[outcome])
-    assert build.variants == []  # the build stage's record is left as it was
+    assert build.variants == ()  # the build stage's record is left as it was
     zstd = variant(record)
     assert zstd is not None
-    assert zstd["refs"] == [f"{build.image_repo}:{TAG}-zstd", f"{build.image_repo}:{TAG}-abc123-zstd"]
-    assert client.resolve(REPO, f"{TAG}-abc123-zstd") == zstd["digest"]
+    assert zstd.refs == (f"{build.image_repo}:{TAG}-zstd", f"{build.image_repo}:{TAG}-abc123-zstd")
+    assert client.resolve(REPO, f"{TAG}-abc123-zstd") == zstd.digest
     assert "### Compression variants" in markdown([record]) and f"`{TAG}-zstd`" in markdown([record])
 
     digests = signed_digests(record)
     assert digests[:3] == [image.digest, *image.children.values()]
-    assert digests[3:] == [zstd["digest"], *(p["digest"] for p in zstd["platforms"])]
+    assert digests[3:] == [zstd.digest, *(p.digest for p in zstd.platforms)]
     sm2, cosign = Sm2PrivateKey.generate(), CosignPrivateKey.generate()
     signed = sign_recorded(record, SigningKeys(sm2=sm2, cosign=cosign), None)
     assert signed.error is None
-    assert {s["digest"] for s in signed.signatures} == set(digests)
-    for digest in (image.digest, zstd["digest"], zstd["platforms"][1]["digest"]):
+    assert {s.digest for s in signed.signed} == set(digests)
+    for digest in (image.digest, zstd.digest, zstd.platforms[1].digest):
         report = verify_image(f"{build.image_repo}@{digest}", [sm2.public_key], [cosign.public_key], attestations=False)
         assert report.ok, report.lines()
 
@@ -317,27 +317,28 @@ def test_the_commands_publish_sign_and_verify_a_recorded_build(client, registry,
     assert main(["zstd", "--target", "cpu", "--dist", str(dist)]) == 0
     [record] = load_results(dist)
     zstd = variant(record)
-    assert zstd and client.resolve(REPO, f"{TAG}-zstd") == zstd["digest"]
-    assert f"cpu zstd {record.image_repo}@{zstd['digest']}" in capsys.readouterr().out
+    assert zstd and client.resolve(REPO, f"{TAG}-zstd") == zstd.digest
+    assert f"cpu zstd {record.image_repo}@{zstd.digest}" in capsys.readouterr().out
     audit = (dist / "audit.log.jsonl").read_text()
-    assert zstd["digest"] in audit
+    assert zstd.digest in audit
 
     keys = tmp_path / "keys"
     assert main(["keygen", "--sm2", "--cosign", "--no-password", "--out", str(keys), "--no-audit"]) == 0
     signing = ["--sm2-key", str(keys / "sm2.key"), "--cosign-key", str(keys / "cosign.key")]
     assert main(["sign", "--target", "cpu", "--report", str(dist), *signing, "--no-audit"]) == 0
     [record] = load_results(dist)
-    assert {s["digest"] for s in record.signatures} == set(signed_digests(record))
+    assert {s.digest for s in record.signatures} == set(signed_digests(record))
     trusted = ["--sm2-key", str(keys / "sm2.pub"), "--cosign-key", str(keys / "cosign.pub")]
     capsys.readouterr()
     assert main(["verify", "--target", "cpu", "--report", str(dist), *trusted, "--no-audit"]) == 0
     out = capsys.readouterr().out
-    assert image.digest in out and zstd["digest"] in out
+    assert image.digest in out and zstd.digest in out
 
     # Twice is the same: every layer reused, the same digest recorded.
     assert main(["zstd", "--dist", str(dist)]) == 0
     [again] = load_results(dist)
-    assert variant(again)["digest"] == zstd["digest"] and variant(again)["layers_transcoded"] == 0
+    again_zstd = variant(again)
+    assert again_zstd and again_zstd.digest == zstd.digest and again_zstd.layers_transcoded == 0
 
 
 def test_the_command_refuses_what_it_cannot_recompress(tmp_path, capsys):
@@ -360,7 +361,7 @@ def test_a_registry_failure_is_the_outcomes_error_with_its_exit_code(tmp_path):
     outcome = publish_zstd(record, work_dir=tmp_path, say=quiet)
     assert outcome.error and outcome.error_code == 6 and "\n" not in outcome.error
     [kept] = with_outcomes([record], published=[outcome])
-    assert kept.error == outcome.error and kept.variants == []
+    assert kept.error == outcome.error and kept.variants == ()
 
 
 def test_old_reports_without_variants_still_load(tmp_path):
@@ -369,10 +370,10 @@ def test_old_reports_without_variants_still_load(tmp_path):
     data = json.loads((dist / "report.json").read_text())
     del data["results"][0]["variants"]
     (dist / "report.json").write_text(json.dumps(data))
-    assert load_results(dist)[0].variants == []
+    assert load_results(dist)[0].variants == ()
 
 
 def test_signed_digests_without_variants_are_the_index_and_platforms():
-    record = BuildResult("cpu", "built", [PlatformResult("linux/amd64", "sha256:" + "c" * 64)], "r/x")
-    record.digest = "sha256:" + "d" * 64
+    platforms = [PlatformResult("linux/amd64", "sha256:" + "c" * 64)]
+    record = BuildResult("cpu", "built", platforms, "r/x", digest="sha256:" + "d" * 64)
     assert signed_digests(record) == [record.digest, "sha256:" + "c" * 64]

@@ -98,7 +98,7 @@ def test_sm2_key_ids_are_sha256_hex(value):
 # A regex for 64 hex digits outside ocicore/digest.py is a second digest grammar. The exception:
 # pip's `--hash=sha256:` lines in a requirements lock (not an OCI digest).
 _ELSEWHERE = re.compile(r"\[(?:0-9a-f|a-f0-9)\]\{(?:64|128)\}")
-_NOT_OCI = {"xcforge/plan/locks.py"}
+_NOT_OCI = {"xcforge/lock/locks.py"}
 
 
 def test_no_other_module_spells_out_the_digest_grammar():

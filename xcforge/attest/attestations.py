@@ -18,7 +18,6 @@ import hashlib
 import json
 import tarfile
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,26 +26,12 @@ from signing.intoto import PROVENANCE_PREDICATES, SBOM_PREDICATE, statement
 from xcforge import __version__
 from xcforge.attest import sbom
 from xcforge.errors import ConfigError
+from xcforge.records import AttestationRecord
 
 if TYPE_CHECKING:
     from ocicore.registry import RegistryClient
 
 RECORD = "attestations.json"  # what was written, so a skipped (unchanged) build can sign it again
-
-
-@dataclass(frozen=True)
-class PlatformAttestations:
-    platform: str
-    digest: str
-    media_type: str
-    size: int
-    sbom: str  # path of the SBOM file
-    provenance: str | None  # path of BuildKit's statement (None when the build recorded none)
-    provenance_type: str | None
-    components: int
-
-    def as_dict(self) -> dict[str, Any]:
-        return dict(vars(self))
 
 
 @functools.cache
@@ -111,7 +96,7 @@ def _sbom_document(
 
 def write_attestations(
     archive: Path, out: Path, repository: str, *, cache: Path | None = None
-) -> list[PlatformAttestations]:
+) -> list[AttestationRecord]:
     """SBOM and provenance of every platform in `archive` (an OCI-layout tar), written under `out`.
     With `cache` (a directory), each layer is read once (what it holds is kept by its digest) and
     each platform manifest's SBOM is written once (a cached rebuild makes the same manifests)."""
@@ -130,7 +115,7 @@ def write_attestations(
                         sbom.write(provenance_path, statement)
                         provenance_type = predicate_type
                 written.append(
-                    PlatformAttestations(
+                    AttestationRecord(
                         image.platform,
                         image.digest,
                         image.descriptor["mediaType"],
@@ -147,12 +132,12 @@ def write_attestations(
     return written
 
 
-def load_recorded(out: Path, digests: AbstractSet[str | None]) -> list[dict[str, Any]]:
+def load_recorded(out: Path, digests: AbstractSet[str | None]) -> list[AttestationRecord]:
     """The entries written for these platform digests by an earlier build, when all are there."""
     entries = _recorded(out)
-    if {e["digest"] for e in entries} != digests:
+    if {e.digest for e in entries} != digests:
         return []
-    return [e for e in entries if all(Path(p).exists() for p in (e.get("sbom"), e.get("provenance")) if p)]
+    return [e for e in entries if all(Path(p).exists() for p in (e.sbom, e.provenance) if p)]
 
 
 def sbom_statement(document: Any, name: str, digest: str) -> tuple[str, bytes]:
@@ -160,24 +145,21 @@ def sbom_statement(document: Any, name: str, digest: str) -> tuple[str, bytes]:
     return SBOM_PREDICATE, statement(SBOM_PREDICATE, document, [(name, digest)])
 
 
-def statements(entry: PlatformAttestations | dict[str, Any], repository: str) -> list[tuple[str, bytes]]:
+def statements(entry: AttestationRecord, repository: str) -> list[tuple[str, bytes]]:
     """(predicate type, in-toto statement) pairs to sign for one platform."""
-    item = entry.as_dict() if isinstance(entry, PlatformAttestations) else entry
     try:
-        out = [sbom_statement(json.loads(Path(item["sbom"]).read_bytes()), repository, item["digest"])]
-        if item.get("provenance"):
-            out.append((item["provenance_type"], Path(item["provenance"]).read_bytes()))
+        out = [sbom_statement(json.loads(Path(entry.sbom).read_bytes()), repository, entry.digest)]
+        if entry.provenance and entry.provenance_type:
+            out.append((entry.provenance_type, Path(entry.provenance).read_bytes()))
     except (OSError, ValueError) as exc:
-        raise ConfigError(
-            f"attestation input for {item.get('platform')} unreadable ({exc}); rebuild with --force"
-        ) from exc
+        raise ConfigError(f"attestation input for {entry.platform} unreadable ({exc}); rebuild with --force") from exc
     return out
 
 
 def archive_statements(archive: Path, repository: str) -> dict[str, list[tuple[str, bytes]]]:
     """platform digest → statements, from what the build wrote beside `archive`."""
     recorded = _recorded(layout.attestation_dir(archive))
-    return {entry["digest"]: statements(entry, repository) for entry in recorded}
+    return {entry.digest: statements(entry, repository) for entry in recorded}
 
 
 def registry_statements(
@@ -212,9 +194,10 @@ def registry_statements(
     return out
 
 
-def _recorded(out: Path) -> list[dict[str, Any]]:
+def _recorded(out: Path) -> list[AttestationRecord]:
+    """What the build wrote beside the archive ([] when it is missing or not ours)."""
     try:
         entries = json.loads((out / RECORD).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        return [AttestationRecord.from_dict(e) for e in entries if e.get("digest")]
+    except (OSError, ValueError, TypeError, AttributeError):
         return []
-    return [e for e in entries if isinstance(e, dict) and e.get("digest")] if isinstance(entries, list) else []

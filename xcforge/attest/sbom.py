@@ -47,7 +47,7 @@ _DIST = re.compile(r"^(?P<env>.*?)/(?:lib|lib64)/python[^/]+/(?:site|dist)-packa
 _DEBIAN_DIST = re.compile(r"^(?P<env>usr)/lib/python3/dist-packages/(?P<dist>[^/]+\.(?:dist|egg)-info)(?:/|$)")
 _EGG = re.compile(r"^(?P<env>.*?)/(?:lib|lib64)/python[^/]+/(?:site|dist)-packages/(?P<dist>[^/]+\.egg-info)(?:/|$)")
 _WANTED_IN_DIST = {"METADATA", "RECORD", "PKG-INFO"}
-# xcforge/plan/placeholders.py's SUMMARY_PREFIX: the Summary of every placeholder wheel.
+# xcforge/lock/placeholders.py's SUMMARY_PREFIX: the Summary of every placeholder wheel.
 PLACEHOLDER_SUMMARY = "xcforge placeholder"
 _MAX_FILE = 32 * 1024 * 1024  # a RECORD of a large wheel is a few MiB; nothing we read is bigger
 

@@ -30,8 +30,8 @@ from xcforge.config.matrix import Matrix, Target
 from xcforge.generated import Generated
 from xcforge.paths import REPO_ROOT
 from xcforge.plan.build_plan import cache_tag, image_name, named_contexts_for
-from xcforge.plan.render import labels
 from xcforge.plan.verification import label_value, planned
+from xcforge.render.dockerfile import labels
 
 BAKE_FILE = REPO_ROOT / "docker-bake.hcl"
 # Work directories the committed file names; `build.py contexts` fills them (plan/build_plan.py names the same).

@@ -1,9 +1,10 @@
-"""The bake stage: build plans → images, with docker buildx: the third arrow of the flow.
+"""The bake stage: build plans → images, with docker buildx.
 
-Publishing is two-phase so that a failed or interrupted build leaves nothing under the final tags:
-buildx pushes the image by digest only, and the tags are attached afterwards in one quick,
-manifest-only step (`imagetools create`). Archives are written to a `.partial` name and renamed
-when complete. Registry errors are retried with backoff, then reported with the registry's words.
+Every build writes an OCI archive, to a `.partial` name renamed when complete and checked against
+the digest bake reported: archive output into dist/, a push's into a work file that the publish
+stage pushes by digest, tags last and deletes (xcforge/publish/push.py). So a failed or interrupted
+build leaves nothing under the final tags. A bake whose pushes of its cache hit a registry error is
+retried with backoff, then reported with the registry's words.
 """
 
 from __future__ import annotations
@@ -16,24 +17,19 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from configparser import ConfigParser
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, NamedTuple, TypedDict, Unpack
 from urllib.parse import quote, urlsplit, urlunsplit
 
 from ocicore import layout, registry
-from ocicore.digest import is_sha256
 from ocicore.errors import RegistryError
 from ocicore.layout import attestation_dir, merge_archives
-from ocicore.push import push_layout
-from ocicore.registry import RegistryClient, parse_reference
 from xcforge import console, files
-from xcforge.attest import sbom
 from xcforge.attest.attestations import load_recorded, write_attestations
 from xcforge.bake import definition
-from xcforge.bake.engine_wheel import ensure_engine_wheel
 from xcforge.bake.fingerprint import build_fingerprint, hash_tree
 from xcforge.bake.result import BuildResult, PlatformResult
 from xcforge.bake.runner import (
@@ -48,10 +44,9 @@ from xcforge.bake.runner import (
 )
 from xcforge.config.matrix import Matrix
 from xcforge.console import say
-from xcforge.errors import KNOWN_ERRORS, BuildFailed, ConfigError, KnownError, RenderError, exit_code
-from xcforge.plan import locks, placeholders, render_inputs
+from xcforge.errors import KNOWN_ERRORS, BuildFailed, ConfigError, KnownError, exit_code
 from xcforge.plan.build_plan import BuildOptions, BuildPlan, OutputMode, cache_tag
-from xcforge.plan.render import render_target
+from xcforge.records import AttestationRecord
 from xcforge.shell import DOCKER, run
 
 STANDIN_LABEL = "io.xcforge.stand-in"
@@ -181,23 +176,29 @@ def _skip_if_unchanged(plan: BuildPlan, fingerprint: str, record_path: Path | No
         if not labels or any(lab.get(FINGERPRINT_LABEL) != fingerprint for lab in labels.values()):
             return None
         digest = registry.resolve_digest(ref)
-        platforms = registry.registry_platforms(plan.image_repo, digest)
-        result = _result(plan, "skipped", digest=digest)
-        result.platforms = [PlatformResult(p, d, s) for p, (d, s) in sorted(platforms.items())]
-        result.refs = [ref]
-        result.attestations = load_recorded(_attestation_dir(plan), {p.digest for p in result.platforms})
-        return result
+        in_registry = registry.registry_platforms(plan.image_repo, digest)
+        platforms = tuple(PlatformResult(p, d, s) for p, (d, s) in sorted(in_registry.items()))
+        attestations = load_recorded(_attestation_dir(plan), {p.digest for p in platforms})
+        return replace(
+            result_for(plan, "skipped", digest=digest),
+            platforms=platforms,
+            refs=(ref,),
+            attestations=tuple(attestations),
+        )
     archive = plan.archive_path  # set in ARCHIVE mode
     if plan.output is OutputMode.ARCHIVE and archive and record_path and record_path.exists() and archive.exists():
         record = json.loads(record_path.read_text())
         if record.get("fingerprint") != fingerprint:
             return None
-        result = _result(plan, "skipped", digest=record.get("digest"))
-        result.platforms = [PlatformResult(**p) for p in record.get("platforms", [])]
-        result.archive = str(plan.archive_path)
-        result.refs = list(plan.refs)
-        result.attestations = load_recorded(_attestation_dir(plan), {p.digest for p in result.platforms})
-        return result
+        platforms = tuple(PlatformResult(**p) for p in record.get("platforms", []))
+        attestations = load_recorded(_attestation_dir(plan), {p.digest for p in platforms})
+        return replace(
+            result_for(plan, "skipped", digest=record.get("digest")),
+            platforms=platforms,
+            archive=str(plan.archive_path),
+            refs=tuple(plan.refs),
+            attestations=tuple(attestations),
+        )
     return None
 
 
@@ -210,7 +211,8 @@ class _ResultFacts(TypedDict, total=False):
     fingerprint: str | None
 
 
-def _result(plan: BuildPlan, status: str, **kw: Unpack[_ResultFacts]) -> BuildResult:
+def result_for(plan: BuildPlan, status: str, **kw: Unpack[_ResultFacts]) -> BuildResult:
+    """A target's record as its plan makes it (the notes of a vendor image), before anything is built."""
     vendor = plan.target.vendor_image
     # A target on the vendor's own vLLM image says so in the report, with what its build asserts.
     notes = (
@@ -222,23 +224,24 @@ def _result(plan: BuildPlan, status: str, **kw: Unpack[_ResultFacts]) -> BuildRe
         else []
     )
     return BuildResult(
-        notes=notes,
+        notes=tuple(notes),
         target=plan.target.name,
         status=status,
-        platforms=[PlatformResult(p) for p in plan.platforms],
+        platforms=tuple(PlatformResult(p) for p in plan.platforms),
         image_repo=plan.image_repo,
         output=plan.output,
         base=plan.base_ref,
         engine_install=plan.engine_install,
         revision=plan.revision,
-        verification=[v.as_dict() for v in plan.verification],
+        verification=tuple(v.record() for v in plan.verification),
         **kw,
     )
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Pending:
-    """A target that needs building: its result so far and the files the bake writes."""
+    """A target that needs building: its record before the bake (status failed until it is built)
+    and the files the bake writes. The lanes' workers read it and never change it."""
 
     plan: BuildPlan
     result: BuildResult
@@ -249,8 +252,23 @@ class _Pending:
     partial: Path  # the archive being written (renamed or pushed when complete)
     parts: dict[Lane, tuple[tuple[str, ...], Path]]  # lane → (its platforms, its archive)
     started: float
-    failed_lanes: list[Lane] = field(default_factory=list)
-    reported: dict[Lane, dict[str, Any]] = field(default_factory=dict)  # lane → bake's --metadata-file entry
+
+
+@dataclass(frozen=True)
+class _LaneOutcome:
+    """What one lane's worker found for one target: the value it returns, which the main thread
+    puts together with the target's other lanes (`_baked`)."""
+
+    cache_hits: int = 0
+    steps: int = 0
+    reported: Mapping[str, Any] | None = None  # bake's --metadata-file entry; None: not built on this lane
+    error: str | None = None
+    error_code: int = 0
+    note: str | None = None
+
+    @property
+    def built(self) -> bool:
+        return self.reported is not None and self.error is None
 
 
 def _prepare(
@@ -277,26 +295,31 @@ def _prepare(
     if not force:
         skipped = _skip_if_unchanged(plan, fingerprint, record_path)
         if skipped:
-            skipped.base_digest, skipped.base_kind, skipped.fingerprint = base_digest, base_kind, fingerprint
-            skipped.duration_s = time.monotonic() - started
-            skipped.notes.append("unchanged since the last build (same fingerprint); --force rebuilds")
             say(f"[{name}] skipped: fingerprint {fingerprint[:19]}… unchanged")
-            return skipped
+            return replace(
+                skipped,
+                base_digest=base_digest,
+                base_kind=base_kind,
+                fingerprint=fingerprint,
+                duration_s=time.monotonic() - started,
+                notes=(*skipped.notes, "unchanged since the last build (same fingerprint); --force rebuilds"),
+            )
 
-    result = _result(plan, "failed", base_digest=base_digest, base_kind=base_kind, fingerprint=fingerprint)
+    result = result_for(plan, "failed", base_digest=base_digest, base_kind=base_kind, fingerprint=fingerprint)
+    notes = list(result.notes)
     if base_kind == "stand-in":
-        result.notes.append(f"built on a stand-in for {plan.base_original}, not the vendor base")
+        notes.append(f"built on a stand-in for {plan.base_original}, not the vendor base")
         python = plan.target.python
         if python.standin_version and python.standin_version != python.version:
-            result.notes.append(
+            notes.append(
                 f"stand-in Python {python.standin_version} (Debian) instead of the vendor's {python.version}: "
                 f"installed from the py{python.standin_version.replace('.', '')} locks, not the production ones"
             )
     if plan.engine_install != "full":
-        result.notes.append(f"engine install: {plan.engine_install} (the vendor engine cannot be installed here)")
+        notes.append(f"engine install: {plan.engine_install} (the vendor engine cannot be installed here)")
     if base_kind == "stand-in" and plan.engine_install == "full":
-        result.notes.append("the real engine was installed on the stand-in base")
-    result.notes += _carried_notes(plan)
+        notes.append("the real engine was installed on the stand-in base")
+    result = replace(result, notes=(*notes, *_carried_notes(plan)))
     work = Path(tempfile.mkdtemp(prefix=f"xcforge-{name}-"))
     secret_files: dict[str, Path] = {}
     for secret in plan.secrets:
@@ -310,14 +333,8 @@ def _prepare(
                 with os.fdopen(fd, "w") as fh:
                     fh.write(content)
                 secret_files["pip.conf"] = path
-    # Archive output goes to dist/ (renamed from .partial when complete); push modes use a work file.
-    final_archive = (
-        plan.archive_path
-        or plan.dist_dir
-        / ".work"
-        / f"{name}-{'-'.join(a for a in plan.target.archs if f'linux/{a}' in plan.platforms)}.oci.tar"
-    )
-    partial = final_archive.with_name(final_archive.name + ".partial")
+    # Archive output goes to dist/, a push's to a work file (renamed from .partial when complete).
+    partial = plan.built_archive.with_name(plan.built_archive.name + ".partial")
     partial.parent.mkdir(parents=True, exist_ok=True)
     by_lane: dict[Lane, list[str]] = {}
     for platform in plan.platforms:
@@ -380,19 +397,25 @@ class _LaneRun(NamedTuple):
     cancellation: Cancellation  # the main thread was interrupted: stop the bake, start no other
 
 
-def _bake_on(lane: Lane, pendings: list[_Pending], request: BuildRequest, run_dir: Path, shared: _LaneRun) -> None:
+def _bake_on(
+    lane: Lane, pendings: list[_Pending], request: BuildRequest, run_dir: Path, shared: _LaneRun
+) -> dict[str, _LaneOutcome]:
     """One lane's share of the graph in one bake (one BuildKit session); with --keep-going,
     the targets a failure cancelled are baked again (their finished steps are cache hits)."""
     try:
-        _bake_lane(lane, pendings, request, run_dir, shared)
+        return _bake_lane(lane, pendings, request, run_dir, shared)
     finally:
         shared.spawned.set()
 
 
-def _bake_lane(lane: Lane, pendings: list[_Pending], request: BuildRequest, run_dir: Path, shared: _LaneRun) -> None:
-    """Bake until every target is done or failed. A bake whose pushes hit a registry error is run
-    again by this loop, not by urllib3's Retry: the HTTP is BuildKit's, inside `docker buildx bake`,
-    so what is retried is a subprocess, judged by its log (`RETRYABLE`)."""
+def _bake_lane(
+    lane: Lane, pendings: list[_Pending], request: BuildRequest, run_dir: Path, shared: _LaneRun
+) -> dict[str, _LaneOutcome]:
+    """Bake until every target is done or failed; target → what this lane found for it. A bake
+    whose pushes hit a registry error is run again by this loop, not by urllib3's Retry: the HTTP
+    is BuildKit's, inside `docker buildx bake`, so what is retried is a subprocess, judged by its
+    log (`RETRYABLE`)."""
+    found = {p.plan.target.name: _LaneOutcome() for p in pendings}
     remaining = list(pendings)
     attempt = 0
     builder, label = lane.builder, lane.label
@@ -417,17 +440,18 @@ def _bake_lane(lane: Lane, pendings: list[_Pending], request: BuildRequest, run_
                 cancellation=shared.cancellation,
             )
         if shared.cancellation.cancelled:
-            return  # interrupted: the main thread cleans up and reports it
+            return found  # interrupted: the main thread cleans up and reports it
         say(f"[{label}] bake finished in {outcome.duration_s:.2f} s (exit {outcome.returncode})")
-        for pending in remaining:
-            progress = outcome.targets[pending.plan.target.name]
-            pending.result.cache_hits += progress.cache_hits
-            pending.result.steps += len(progress.steps)
+        for name in names:
+            progress, so_far = outcome.targets[name], found[name]
+            found[name] = replace(
+                so_far, cache_hits=so_far.cache_hits + progress.cache_hits, steps=so_far.steps + len(progress.steps)
+            )
         if outcome.returncode == 0:
             reported = json.loads(metadata.read_text()) if metadata.exists() else {}
-            for pending in remaining:
-                pending.reported[lane] = reported.get(pending.plan.target.name, {})
-            return
+            for name in names:
+                found[name] = replace(found[name], reported=reported.get(name, {}))
+            return found
         failed = [p for p in remaining if outcome.targets[p.plan.target.name].failed]
         tails = "\n".join(line for p in failed for line in list(outcome.targets[p.plan.target.name].tail)[-15:])
         retryable = any(p.plan.output.pushes for p in failed) and RETRYABLE.search(tails)
@@ -435,7 +459,7 @@ def _bake_lane(lane: Lane, pendings: list[_Pending], request: BuildRequest, run_
             delay = 5 * 3 ** (attempt - 1)
             say(f"[{label}] registry error ({failure_reason(tails.splitlines())}); retrying in {delay} s")
             if shared.cancellation.wait(delay):
-                return
+                return found
             continue
         for pending in failed:
             reason = failure_reason(outcome.targets[pending.plan.target.name].tail)
@@ -450,15 +474,15 @@ def _bake_lane(lane: Lane, pendings: list[_Pending], request: BuildRequest, run_
                 )
             else:
                 error = BuildFailed(f"{name}: build failed{where}: {reason}")
-            pending.result.error, pending.result.error_code = error.message, exit_code(error)
-            pending.failed_lanes.append(lane)
+            found[name] = replace(found[name], error=error.message, error_code=exit_code(error))
         remaining = [p for p in remaining if p not in failed]
         if remaining and not request.keep_going:
             for pending in remaining:
-                pending.failed_lanes.append(lane)
-                pending.result.notes.append("not built: the bake stopped at the first failure (--keep-going goes on)")
+                note = "not built: the bake stopped at the first failure (--keep-going goes on)"
+                found[pending.plan.target.name] = replace(found[pending.plan.target.name], note=note)
             say(f"[{label}] stopped after the first failure; --keep-going builds the other targets")
-            return
+            return found
+    return found
 
 
 def _builder_unreachable(reason: str) -> bool:
@@ -483,8 +507,7 @@ def build_all(
         try:
             prepared = _prepare(plan, builders, engine_hash, request.options.force, multi_node)
         except KNOWN_ERRORS as exc:
-            prepared = _result(plan, "failed")
-            prepared.error, prepared.error_code = exc.message, exit_code(exc)
+            prepared = replace(result_for(plan, "failed"), error=exc.message, error_code=exit_code(exc))
         if isinstance(prepared, BuildResult):
             results[plan.target.name] = prepared
             if prepared.error and not request.keep_going:
@@ -492,6 +515,7 @@ def build_all(
         else:
             pendings.append(prepared)
     run_dir = request.options.dist_dir / "bake"
+    found: dict[Lane, dict[str, _LaneOutcome]] = {}
     try:
         if (pendings and not any(r.error for r in results.values())) or request.keep_going:
             by_lane: dict[Lane, list[_Pending]] = {}
@@ -502,254 +526,165 @@ def build_all(
             cancellation = Cancellation()
             with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(by_lane))) as pool:
                 shared = {lane: _LaneRun(threading.Event(), cancellation) for lane in by_lane}
-                futures = [
-                    pool.submit(_bake_on, lane, ps, request, run_dir, shared[lane]) for lane, ps in by_lane.items()
-                ]
+                futures = {
+                    lane: pool.submit(_bake_on, lane, waiting, request, run_dir, shared[lane])
+                    for lane, waiting in by_lane.items()
+                }
                 try:
                     for lane_run in shared.values():
                         lane_run.spawned.wait()
                     if while_baking:
                         while_baking()
-                    for future in futures:
-                        future.result()
+                    found = {lane: future.result() for lane, future in futures.items()}
                 except BaseException:
                     # Ctrl-C lands here, on the main thread: stop the workers' bakes before the
                     # pool waits for them (a bake left running would build, and a retry push, on).
                     cancellation.cancel()
                     raise
         for pending in pendings:
-            name = pending.plan.target.name
-            if pending.failed_lanes:
-                if pending.result.error:
-                    results[name] = pending.result
-                continue
-            try:
-                _assemble(pending)
-                loaded = _exports_to_engine(pending, next(iter(pending.parts)))
-                _finish(pending.plan, pending.result, pending.partial, pending.record_path, loaded=loaded)
-                pending.result.status = "built"
-                _record_where(pending, request)
-            except KNOWN_ERRORS as exc:
-                pending.result.error, pending.result.error_code = exc.message, exit_code(exc)
-            results[name] = pending.result
+            lanes = [found.get(lane, {}).get(pending.plan.target.name) for lane in pending.parts]
+            baked = _baked(pending, lanes, request)
+            if baked is not None:
+                results[pending.plan.target.name] = baked
     finally:
         for pending in pendings:
             for _, part in pending.parts.values():
                 part.unlink(missing_ok=True)
             pending.partial.unlink(missing_ok=True)
             shutil.rmtree(pending.work, ignore_errors=True)
-            pending.result.duration_s = time.monotonic() - pending.started
     order = {plan.target.name: i for i, plan in enumerate(request.plans)}
     return sorted(results.values(), key=lambda r: order[r.target])
 
 
-def _assemble(pending: _Pending) -> None:
-    """Check each archive against the digest bake reported for it (`--metadata-file`); several
-    lanes' archives → one archive with one index (platform manifests by digest)."""
-    for lane, (platforms, part) in pending.parts.items():
-        reported = pending.reported.get(lane, {}).get("containerimage.digest")
+def _baked(pending: _Pending, lanes: list[_LaneOutcome | None], request: BuildRequest) -> BuildResult | None:
+    """One target's record, put together on the main thread from what each of its lanes found: the
+    built image's (its archive checked, at the plan's built_archive, SBOMs written), or the first
+    lane's error (None: not built, and no error of its own)."""
+    found = [lane or _LaneOutcome() for lane in lanes]
+    error = next((lane for lane in found if lane.error), None)
+    result = replace(
+        pending.result,
+        cache_hits=sum(lane.cache_hits for lane in found),
+        steps=sum(lane.steps for lane in found),
+        notes=(*pending.result.notes, *(lane.note for lane in found if lane.note)),
+    )
+    if error:
+        result = replace(result, error=error.error, error_code=error.error_code)
+    if not all(lane.built for lane in found):
+        return replace(result, duration_s=time.monotonic() - pending.started) if result.error else None
+    reported = [lane.reported or {} for lane in found]
+    try:
+        result = replace(result, notes=(*result.notes, *_assemble(pending, reported)))
+        loaded = _exports_to_engine(pending, next(iter(pending.parts)))
+        done = _finish(pending.plan, pending.partial, pending.record_path, result.fingerprint, loaded=loaded)
+        platforms, notes = _record_where(pending.plan, done.platforms, request)
+        result = replace(
+            result,
+            status="built",
+            digest=done.digest,
+            platforms=platforms,
+            archive=done.archive,
+            refs=tuple(pending.plan.refs),
+            attestations=done.attestations,
+            notes=(*result.notes, *notes),
+        )
+    except KNOWN_ERRORS as exc:
+        result = replace(result, error=exc.message, error_code=exit_code(exc))
+    return replace(result, duration_s=time.monotonic() - pending.started)
+
+
+def _assemble(pending: _Pending, reported: list[Mapping[str, Any]]) -> list[str]:
+    """Check each archive against the digest bake reported for it (`--metadata-file`, in lane
+    order); several lanes' archives → one archive with one index (platform manifests by digest).
+    Returns the notes it has."""
+    notes = []
+    for entry, (platforms, part) in zip(reported, pending.parts.values(), strict=True):
+        digest = entry.get("containerimage.digest")
         written, _ = layout.OciArchive(part).top_index()
-        if reported and reported != written:
+        if digest and digest != written:
             raise BuildFailed(
-                f"{pending.plan.target.name}: bake reported {reported} for {', '.join(platforms)} but the archive "
+                f"{pending.plan.target.name}: bake reported {digest} for {', '.join(platforms)} but the archive "
                 f"holds {written}; nothing was published"
             )
-        if not reported:
-            pending.result.notes.append(
-                f"bake reported no digest for {', '.join(platforms)} (no --metadata-file entry)"
-            )
-    if len(pending.parts) == 1:
-        return
-    merge_archives([part for _, part in pending.parts.values()], pending.partial)
+        if not digest:
+            notes.append(f"bake reported no digest for {', '.join(platforms)} (no --metadata-file entry)")
+    if len(pending.parts) > 1:
+        merge_archives([part for _, part in pending.parts.values()], pending.partial)
+    return notes
 
 
-def _record_where(pending: _Pending, request: BuildRequest) -> None:
+def _record_where(
+    plan: BuildPlan, platforms: tuple[PlatformResult, ...], request: BuildRequest
+) -> tuple[tuple[PlatformResult, ...], list[str]]:
     """Each platform's builder and node, and whether that node's own platform it is (native) or it
     ran under QEMU: what the worker reports as its own platform, not what the node was declared for."""
-    builders = request.builders_for(pending.plan)
-    for platform_result in pending.result.platforms:
+    builders = request.builders_for(plan)
+    where_built = []
+    for platform_result in platforms:
         builder = builders.get(platform_result.platform)
         nodes = request.nodes(builder)
         node = node_for(nodes, platform_result.platform)
         where = builder or "default"
-        platform_result.builder = f"{where} (node {node.name})" if node and len(nodes) > 1 else where
-        platform_result.native = bool(node and node.native == platform_result.platform)
-    emulated = [p.platform for p in pending.result.platforms if not p.native]
-    if emulated:
-        pending.result.notes.append(f"emulated (QEMU): {', '.join(emulated)}")
+        where_built.append(
+            replace(
+                platform_result,
+                builder=f"{where} (node {node.name})" if node and len(nodes) > 1 else where,
+                native=bool(node and node.native == platform_result.platform),
+            )
+        )
+    emulated = [p.platform for p in where_built if not p.native]
+    return tuple(where_built), [f"emulated (QEMU): {', '.join(emulated)}"] if emulated else []
 
 
 def _attestation_dir(plan: BuildPlan) -> Path:
     return attestation_dir(plan.archive_path or plan.dist_dir / f"{plan.target.name}.oci.tar")
 
 
+class _Finished(NamedTuple):
+    """What `_finish` knows of a built image: its digests, its SBOMs and provenance, its archive."""
+
+    digest: str
+    platforms: tuple[PlatformResult, ...]
+    attestations: tuple[AttestationRecord, ...]
+    archive: str | None  # the archive in dist/ (archive output; a push's work file is deleted)
+
+
 def _finish(
-    plan: BuildPlan, result: BuildResult, partial: Path, record_path: Path | None, *, loaded: bool = False
-) -> None:
+    plan: BuildPlan, partial: Path, record_path: Path | None, fingerprint: str | None, *, loaded: bool = False
+) -> _Finished:
+    """The whole, checked archive under its own name (`plan.built_archive`), then its SBOM and
+    provenance; for archive output also the engine's copy and the record a later run skips by."""
     reader = layout.OciArchive(partial)
     digest, _ = reader.top_index()
-    result.digest = digest
-    result.platforms = [PlatformResult(p, d, s) for p, (d, s) in sorted(reader.platforms().items())]
-    source = partial
-    if not plan.output.pushes:
-        # The archive is whole and its digest checked (_assemble): it takes its final name now, so
-        # that the old one is freed while the SBOM is written. Its record goes first and comes back
-        # last: until then the archive counts as not built (the next run builds it again).
-        assert plan.archive_path and record_path
+    platforms = tuple(PlatformResult(p, d, s) for p, (d, s) in sorted(reader.platforms().items()))
+    # The archive is whole and its digest checked (_assemble): it takes its final name now, so
+    # that the old one is freed while the SBOM is written. Its record goes first and comes back
+    # last: until then the archive counts as not built (the next run builds it again).
+    if record_path:
         record_path.unlink(missing_ok=True)
-        files.replace(partial, plan.archive_path)
-        source = plan.archive_path
+    files.replace(partial, plan.built_archive)
     say(f"[{plan.target.name}] reading each platform's package databases for its SBOM")
     sbom_started = time.monotonic()
     cache = plan.dist_dir / ".cache" / "sbom"
-    written = write_attestations(source, _attestation_dir(plan), plan.image_repo, cache=cache)
-    result.attestations = [w.as_dict() for w in written]
-    for entry in written:
+    attestations = tuple(write_attestations(plan.built_archive, _attestation_dir(plan), plan.image_repo, cache=cache))
+    for entry in attestations:
         say(f"[{plan.target.name}] SBOM {entry.platform}: {entry.components} components → {entry.sbom}")
     say(f"[{plan.target.name}] SBOMs and provenance written in {time.monotonic() - sbom_started:.1f} s")
-    if not plan.output.pushes:
-        assert plan.archive_path and record_path
-        result.archive = str(plan.archive_path)
-        result.refs = list(plan.refs)
-        # Operators `docker load` this same file. The local engine has the image already when BuildKit
-        # exported it there too (same export, same digest); a remote builder's archive is loaded here.
-        if not loaded:
-            run([DOCKER, "load", "--input", str(plan.archive_path)], capture=True)
-        record = {
-            "fingerprint": result.fingerprint,
-            "digest": digest,
-            "platforms": [vars(p) for p in result.platforms],
-            "refs": result.refs,
-        }
-        record_path.write_text(json.dumps(record, indent=2) + "\n")
-        return
-    with console.group(f"push {plan.image_repo}@{digest}"):
-        push_layout(partial, plan.image_repo, plan.tags, progress=lambda m: say(f"[{plan.target.name}] {m}"))
-        _attach_sboms(plan, result)
-    result.refs = list(plan.refs)
-    if plan.output is OutputMode.PUSH_BY_DIGEST:
-        platform = plan.platforms[0]
-        out = plan.archive_dir_for_digests()
-        out.mkdir(parents=True, exist_ok=True)
-        record = {"target": plan.target.name, "platform": platform, "repo": plan.image_repo, "digest": digest}
-        (out / f"{plan.target.name}-{platform.split('/')[1]}.json").write_text(json.dumps(record) + "\n")
+    if plan.output.pushes:
+        return _Finished(digest, platforms, attestations, None)  # the publish stage pushes it (publish/push.py)
+    assert plan.archive_path and record_path
+    # Operators `docker load` this same file. The local engine has the image already when BuildKit
+    # exported it there too (same export, same digest); a remote builder's archive is loaded here.
+    if not loaded:
+        run([DOCKER, "load", "--input", str(plan.archive_path)], capture=True)
+    record = {
+        "fingerprint": fingerprint,
+        "digest": digest,
+        "platforms": [vars(p) for p in platforms],
+        "refs": list(plan.refs),
+    }
+    record_path.write_text(json.dumps(record, indent=2) + "\n")
+    return _Finished(digest, platforms, attestations, str(plan.archive_path))
 
 
-def _attach_sboms(plan: BuildPlan, result: BuildResult) -> None:
-    """The raw SBOM next to each platform manifest (`sha256-<hex>.sbom`); signed at the sign step."""
-    from signing.attest import attach_sbom
-
-    ref = parse_reference(plan.image_repo)
-    client = RegistryClient(ref.registry)
-    for entry in result.attestations:
-        data = Path(entry["sbom"]).read_bytes()
-        subject = {"mediaType": entry["media_type"], "size": entry["size"], "digest": entry["digest"]}
-        entry["sbom_ref"] = attach_sbom(client, ref.repository, subject, data, sbom.MEDIA_TYPE)
-        say(f"[{plan.target.name}] SBOM {entry['platform']} attached: {entry['sbom_ref']}")
-
-
-def _attach_tags(plan: BuildPlan, digest: str, sources: list[str] | None = None, matrix: Matrix | None = None) -> None:
-    """Phase two of publishing: point every final tag at the pushed digest(s), with retries.
-
-    A loop of its own, not urllib3's Retry: `docker buildx imagetools create` is a subprocess doing
-    its own HTTP, so the retry is of the command, decided on its last stderr line (`RETRYABLE`)."""
-    cmd = [DOCKER, "buildx", "imagetools", "create"]
-    for ref in plan.refs:
-        cmd += ["--tag", ref]
-    if matrix is not None:  # a merged index gets the image's annotations (definition.ANNOTATED_LABELS)
-        for key, value in definition.annotated_labels(matrix, plan.target, plan.build_args).items():
-            cmd += ["--annotation", f"index:{key}={value}"]
-    cmd += sources or [f"{plan.image_repo}@{digest}"]
-    for attempt in range(1, REGISTRY_RETRIES + 1):
-        proc = run(cmd, capture=True, check=False)
-        if proc.returncode == 0:
-            return
-        message = (proc.stderr.decode(errors="replace").strip().splitlines() or ["no output"])[-1]
-        if attempt == REGISTRY_RETRIES or not RETRYABLE.search(message):
-            raise RegistryError(f"{plan.target.name}: tagging {plan.image_repo} failed: {message}")
-        time.sleep(5 * 3 ** (attempt - 1))
-
-
-# --------------------------------------------------------------------------- many targets
-
-
-def prepare_contexts(matrix: Matrix, plans: list[BuildPlan]) -> tuple[Path, str]:
-    engine_dir = plans[0].named_contexts["engine"]
-    _, engine_hash = ensure_engine_wheel(engine_dir, matrix.images_dir / "engine")
-    for plan in plans:
-        wheels = plan.named_contexts["wheels"]
-        if not wheels.exists():
-            wheels.mkdir(parents=True, exist_ok=True)
-        _prepare_sdists(matrix, plan)
-    return engine_dir, engine_hash
-
-
-def _prepare_sdists(matrix: Matrix, plan: BuildPlan) -> None:
-    """The engine sdist of a source-empty target into its build context (hash-checked against the
-    lock), so the image installs it by path: pip checks a requirement's version against the
-    metadata, which vLLM releases before 0.23 suffix with `+empty`."""
-    target = plan.target
-    work = plan.named_contexts["sdists"]
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True, exist_ok=True)
-    if plan.plugin_install != "full":
-        # A stand-in build installs these in place of the vendor's step (placeholders.py); a real build
-        # never sees them.
-        placeholders.write(placeholders.for_target(matrix, target), work / "placeholders")
-    if target.engine.install not in locks.SOURCE_BUILDS or plan.engine_install == "skip":
-        return
-    # Fetching needs the resolver's module (indexes, archives): loaded only by the targets that do.
-    from xcforge.plan import deps
-
-    pin = locks.engine_sdist_pin(matrix, target)  # without a lock: the index's file and hash
-    version, sha256 = pin or (plan.engine_version, None)
-    index = deps.index_of(plan.site)
-    path, sha256 = deps.fetch_sdist(plan.site, index, target.engine.package, version, sha256)
-    shutil.copyfile(path, work / path.name)
-    (work / "SHA256SUMS").write_text(f"{sha256}  {path.name}\n")
-
-
-def check_rendered(matrix: Matrix, plans: list[BuildPlan], cache_dir: Path) -> None:
-    """The committed bake file and the plans' Dockerfiles are what matrix.yaml and templates/
-    render now; skipped when none of their inputs changed since the last time they were."""
-    outputs = [matrix.root / definition.BAKE_FILE.name, *(plan.dockerfile for plan in plans)]
-    stamp = render_inputs.Stamp(cache_dir / "rendered.json", render_inputs.digest(matrix, outputs))
-    if stamp.current():
-        return
-    if definition.write_or_check(matrix, check=True).status != "unchanged":
-        raise RenderError(
-            f"{matrix.root / definition.BAKE_FILE.name}: out of date with matrix.yaml; "
-            "run `python build.py render --all` (and commit) before building"
-        )
-    for plan in plans:
-        committed = plan.dockerfile.read_text(encoding="utf-8") if plan.dockerfile.exists() else None
-        if committed != render_target(matrix, plan.target).text:
-            raise RenderError(
-                f"{plan.dockerfile}: out of date with templates/ and matrix.yaml for target '{plan.target.name}'; "
-                "run `python build.py render --all` (and commit) before building"
-            )
-    stamp.record()
-
-
-def merge_digests(matrix: Matrix, plan: BuildPlan, digests: list[str]) -> BuildResult:
-    """Split CI mode, second half: assemble the index from per-platform digests, then tag it."""
-    for digest in digests:
-        if not is_sha256(digest):
-            raise ConfigError(
-                f"--digest {digest!r} is not a digest (sha256:<64 hex>); pass each platform's digest as "
-                "`build --push-by-digest` printed it"
-            )
-    started = time.monotonic()
-    sources = [f"{plan.image_repo}@{d}" for d in digests]
-    _attach_tags(plan, digests[0], sources=sources, matrix=matrix)
-    digest = registry.resolve_digest(plan.refs[0])
-    result = _result(plan, "built", digest=digest)
-    result.refs = list(plan.refs)
-    platforms = registry.registry_platforms(plan.image_repo, digest)
-    result.platforms = [PlatformResult(p, d, s) for p, (d, s) in sorted(platforms.items())]
-    result.duration_s = time.monotonic() - started
-    result.notes.append(f"index assembled from {len(digests)} platform digest(s)")
-    return result
-
-
-__all__ = ["BuildRequest", "build_all", "merge_digests", "output_spec"]
+__all__ = ["BuildRequest", "build_all", "output_spec", "result_for"]

@@ -18,9 +18,9 @@ from xcforge.config.site import BUILDER_NAME_RE, load_site
 from xcforge.errors import ConfigError
 from xcforge.paths import DIST_DIR
 from xcforge.plan.build_plan import BuildOptions, BuildPlan, make_plan, named_contexts_for
-from xcforge.plan.render import render_target
 from xcforge.plan.verification import lock_level, lock_status
 from xcforge.publish.options import ZstdOptions, resolve_zstd_options
+from xcforge.render.dockerfile import render_target
 
 if TYPE_CHECKING:
     from xcforge.pipeline import LaterStages
@@ -93,7 +93,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser], co
 
 
 def _list(args: argparse.Namespace) -> int:
-    from xcforge.plan.render import vendor_assertions
+    from xcforge.render.dockerfile import vendor_assertions
 
     matrix = load_matrix(args.matrix)
     width = max(len(n) for n in matrix.targets)
@@ -241,7 +241,7 @@ def _later_stages(
 
 
 def run_contexts(args: argparse.Namespace) -> int:
-    from xcforge.bake.stage import prepare_contexts
+    from xcforge.bake.contexts import prepare_contexts
 
     matrix, targets = selected_targets(args)
     site = load_site(args.site)

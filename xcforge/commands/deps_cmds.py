@@ -9,7 +9,7 @@ from xcforge.commands._drift import report_drift
 from xcforge.commands._targets import add_target_arguments, selected_targets
 from xcforge.config.site import SiteConfig, load_site
 from xcforge.errors import ConfigError
-from xcforge.plan import deps
+from xcforge.lock import deps
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:

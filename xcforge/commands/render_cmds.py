@@ -9,8 +9,8 @@ import argparse
 from xcforge.bake import definition
 from xcforge.commands._drift import report_drift
 from xcforge.commands._targets import add_target_arguments, selected_targets
-from xcforge.plan import doc_tables, readme_table
-from xcforge.plan.render import write_or_check
+from xcforge.docgen import doc_tables, readme_table
+from xcforge.render.dockerfile import write_or_check
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:

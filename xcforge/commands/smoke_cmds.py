@@ -101,6 +101,6 @@ def run(args: argparse.Namespace) -> int:
     print(f"smoke {target.name}: {passed} passed, {len(failed)} failed, {skipped} skipped")
     if failed:
         raise SmokeFailed(
-            f"{len(failed)} smoke check(s) failed for {target.name}: " + ", ".join(c["check"] for c in failed)
+            f"{len(failed)} smoke check(s) failed for {target.name}: " + ", ".join(c.check for c in failed)
         )
     return 0

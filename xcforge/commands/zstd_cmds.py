@@ -81,13 +81,13 @@ def run(args: argparse.Namespace) -> int:
         r.target: r for r in with_outcomes([r for r in chosen if r.target in {o.target for o in done}], published=done)
     }
     if updated:
-        record_variants(list(updated.values()), args.dist)
+        record_variants([(r, r.variants) for r in updated.values()], args.dist)
         write_reports([updated.get(r.target, r) for r in results], args.dist)
         print_table(list(updated.values()))
     for record in updated.values():
         for variant in record.variants:
-            tags = ", ".join(ref.rpartition(":")[2] for ref in variant["refs"]) or "untagged"
-            print(f"{record.target} {variant['compression']} {record.image_repo}@{variant['digest']} ({tags})")
+            tags = ", ".join(ref.rpartition(":")[2] for ref in variant.refs) or "untagged"
+            print(f"{record.target} {variant.compression} {record.image_repo}@{variant.digest} ({tags})")
     failed = [o for o in outcomes if o.error]
     if failed:
         first = failed[0]

@@ -406,7 +406,7 @@ class Plugin(_Frozen):
     # base.provides); where the plugin step is skipped, the engine step is skipped with it.
     stack: dict[PackageName, Pep440] = Field(default_factory=dict)
     # Packages of the plugin's requirements that exist on no public index: the lock resolves through an
-    # empty placeholder of the same name and version (xcforge/plan/placeholders.py) and leaves them out;
+    # empty placeholder of the same name and version (xcforge/lock/placeholders.py) and leaves them out;
     # the plugin step installs the real ones from `source` with --no-deps, a stand-in the placeholder.
     vendor_only: dict[PackageName, VendorOnly] = Field(default_factory=dict)
     # The file, committed beside the matrix, holding the plugin's own requirements where the plugin is

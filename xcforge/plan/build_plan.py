@@ -20,9 +20,10 @@ from packaging.version import Version
 from xcforge.config.matrix import Matrix, Target
 from xcforge.config.site import REGISTRY_PREFIX_RE, SiteConfig
 from xcforge.errors import ConfigError
+from xcforge.lock import locks
 from xcforge.paths import DIST_DIR, REPO_ROOT
-from xcforge.plan import locks, render
 from xcforge.plan.verification import PlatformVerification, label_value, planned
+from xcforge.render import dockerfile
 
 
 class OutputMode(StrEnum):
@@ -93,6 +94,15 @@ class BuildPlan:
     omitted: tuple[str, ...] = ()  # index-only packages this site cannot serve
     fallback: tuple[str, ...] = ()  # platforms built with the matrix's engine.fallback pairing
     verification: tuple[PlatformVerification, ...] = ()  # what a successful build proves, per platform
+
+    @property
+    def built_archive(self) -> Path:
+        """The OCI archive the bake leaves: archive_path for archive output; for a push, a work file
+        under dist/.work that the publish stage pushes and then deletes."""
+        if self.archive_path:
+            return self.archive_path
+        archs = "-".join(a for a in self.target.archs if f"linux/{a}" in self.platforms)
+        return self.dist_dir / ".work" / f"{self.target.name}-{archs}.oci.tar"
 
     def archive_dir_for_digests(self) -> Path:
         """Where split builds leave their per-platform digest records for `merge`."""
@@ -455,7 +465,7 @@ def _platform_label_args(
     """ENGINE_VERSION_<ARCH> / UNAVAILABLE_<ARCH>: what each platform's own labels say it carries, from
     the same decisions its install takes (engine.fallback, the site's and the lock's left-out packages);
     the image-facts step compares them with what the install recorded and fails the build on a mismatch."""
-    arches = render.platform_labels(target)
+    arches = dockerfile.platform_labels(target)
     if not arches:
         return {}
     matrix_version = matrix.engine_version(target)
@@ -473,7 +483,7 @@ def _platform_label_args(
         elif not skipped:
             left_out = tuple(dict.fromkeys((*omitted, *locks.lock_omitted(matrix, target, platform))))
         args[f"ENGINE_VERSION_{arch.upper()}"] = version
-        args[f"UNAVAILABLE_{arch.upper()}"] = render.unavailable_statement(target, left_out)
+        args[f"UNAVAILABLE_{arch.upper()}"] = dockerfile.unavailable_statement(target, left_out)
     return args
 
 

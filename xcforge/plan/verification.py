@@ -15,20 +15,10 @@ with its reason.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from xcforge.config.matrix import Matrix, Target
-from xcforge.plan import locks, placeholders
-
-LEVELS = ("rendered", "deps-resolved", "engine-installed", "plugin-installed", "served-cpu", "device-tested")
-
-
-def rank(level: str) -> int:
-    return LEVELS.index(level) if level in LEVELS else 0
-
-
-def higher(a: str, b: str) -> str:
-    return a if rank(a) >= rank(b) else b
+from xcforge.lock import locks, placeholders
+from xcforge.records import VerificationRecord
 
 
 def _skipped_on(mode: str, arch: str) -> bool:
@@ -42,8 +32,9 @@ class PlatformVerification:
     lock: str  # the lock's status for the vendor's Python: locked | partial | unverified | missing
     skipped: list[str] = field(default_factory=list)  # "step: reason"
 
-    def as_dict(self) -> dict[str, Any]:
-        return {"platform": self.platform, "level": self.level, "lock": self.lock, "skipped": self.skipped}
+    def record(self) -> VerificationRecord:
+        """What the build record carries for this platform (the smoke stage raises its level)."""
+        return VerificationRecord(self.platform, self.level, self.lock, tuple(self.skipped))
 
 
 def lock_level(status: str) -> str:

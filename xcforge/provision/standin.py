@@ -193,7 +193,7 @@ class VendorStandin:
 
     def placeholders(self) -> list[Any]:
         """One placeholder per vendor package (the build installs those the public stack lacks)."""
-        from xcforge.plan.placeholders import Placeholder
+        from xcforge.lock.placeholders import Placeholder
 
         overrides = dict(self.overrides)
         blocked = sorted({path.split("/", 1)[0] for path, _ in self.files if not path.startswith("/")})
@@ -243,7 +243,7 @@ class VendorStandin:
         return text
 
     def write(self, context: Path) -> None:
-        from xcforge.plan.placeholders import write
+        from xcforge.lock.placeholders import write
 
         vendor = context / "vendor"
         write(self.placeholders(), vendor)
@@ -763,7 +763,7 @@ def matrix_layouts(matrix_path: Path) -> dict[str, Layout]:
 
     if not matrix_path.is_file():
         return {}
-    from xcforge.plan.render import vendor_assertions
+    from xcforge.render.dockerfile import vendor_assertions
 
     layouts: dict[str, Layout] = {}
     matrix = load_matrix(matrix_path)

@@ -55,6 +55,7 @@ from xcforge.bake.result import BuildResult
 from xcforge.console import say
 from xcforge.errors import KNOWN_ERRORS, BuildFailed, ConfigError, exit_code
 from xcforge.publish.options import ZstdOptions
+from xcforge.records import VariantPlatform, VariantRecord
 
 LAYER_GZIP = "application/vnd.oci.image.layer.v1.tar+gzip"
 LAYER_TAR = "application/vnd.oci.image.layer.v1.tar"
@@ -101,27 +102,21 @@ class ZstdVariant:
     def refs(self) -> list[str]:
         return [f"{self.repository}:{tag}" for tag in self.tags]
 
-    def as_dict(self) -> dict[str, Any]:
+    def record(self) -> VariantRecord:
         """The report's record of the variant (BuildResult.variants)."""
-        return {
-            "compression": COMPRESSION,
-            "digest": self.digest,
-            "source_digest": self.source_digest,
-            "refs": self.refs,
-            "level": self.level,
-            "layers_transcoded": self.transcoded,
-            "layers_reused": self.reused,
-            "platforms": [
-                {
-                    "platform": p.platform,
-                    "digest": p.digest,
-                    "source_digest": p.source_digest,
-                    "gzip_bytes": p.gzip_bytes,
-                    "compressed_bytes": p.zstd_bytes,
-                }
+        return VariantRecord(
+            compression=COMPRESSION,
+            digest=self.digest,
+            source_digest=self.source_digest,
+            refs=tuple(self.refs),
+            level=self.level,
+            layers_transcoded=self.transcoded,
+            layers_reused=self.reused,
+            platforms=tuple(
+                VariantPlatform(p.platform, p.digest, p.source_digest, p.gzip_bytes, p.zstd_bytes)
                 for p in self.platforms
-            ],
-        }
+            ),
+        )
 
 
 # --------------------------------------------------------------------------- one layer
@@ -409,10 +404,15 @@ class PublishOutcome:
     stage puts the two together (xcforge/report/results.py, `with_outcomes`)."""
 
     target: str
-    variants: tuple[dict[str, Any], ...] = ()
+    variants: tuple[VariantRecord, ...] = ()
     notes: tuple[str, ...] = ()
     error: str | None = None
     error_code: int = 0
+
+    def variants_over(self, recorded: Iterable[VariantRecord]) -> tuple[VariantRecord, ...]:
+        """A record's variants with this outcome's in place of those of the same compression."""
+        replaced = {v.compression for v in self.variants}
+        return (*(v for v in recorded if v.compression not in replaced), *self.variants)
 
 
 def _tags_of(result: BuildResult) -> list[str]:
@@ -468,7 +468,7 @@ def publish_zstd(
         f"{variant.transcoded} layer(s) recompressed, {variant.reused} reused, {saved / 2**20:.1f} MiB smaller"
     )
     say(f"[{result.target}] {note}")
-    return PublishOutcome(result.target, (variant.as_dict(),), (note,))
+    return PublishOutcome(result.target, (variant.record(),), (note,))
 
 
 def publish_results(results: list[BuildResult], options: ZstdOptions) -> list[PublishOutcome]:
@@ -477,8 +477,8 @@ def publish_results(results: list[BuildResult], options: ZstdOptions) -> list[Pu
     return [publish_zstd(r, work_dir=options.work_dir) for r in results if not r.error and r.digest]
 
 
-def variant(result: BuildResult, compression: str = COMPRESSION) -> dict[str, Any] | None:
-    return next((v for v in result.variants if v.get("compression") == compression), None)
+def variant(result: BuildResult, compression: str = COMPRESSION) -> VariantRecord | None:
+    return next((v for v in result.variants if v.compression == compression), None)
 
 
 __all__ = [

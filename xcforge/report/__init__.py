@@ -1,1 +1,1 @@
-"""Stage 6, report: results → report.json, report.md, the summary table, $GITHUB_STEP_SUMMARY."""
+"""Stage 9, report: results → report.json, report.md, the summary table, $GITHUB_STEP_SUMMARY."""

@@ -8,11 +8,10 @@ per target, as before).
 
 from __future__ import annotations
 
-import copy
 import json
 import sys
 from collections.abc import Iterable
-from dataclasses import asdict
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -20,10 +19,12 @@ from rich.console import Console
 from rich.table import Table
 
 from xcforge import console
-from xcforge.bake.result import BuildResult, PlatformResult
+from xcforge.bake.result import BuildResult
 from xcforge.errors import ConfigError, SmokeFailed
+from xcforge.records import VariantRecord
 
 if TYPE_CHECKING:
+    from xcforge.publish.push import PushOutcome
     from xcforge.publish.zstd import PublishOutcome
     from xcforge.sign.stage import SignOutcome
     from xcforge.smoke.checks import SmokeOutcome
@@ -36,9 +37,10 @@ def with_outcomes(
     signed: Iterable[SignOutcome] = (),
     smoked: Iterable[SmokeOutcome] = (),
     published: Iterable[PublishOutcome] = (),
+    pushed: Iterable[PushOutcome] = (),
 ) -> list[BuildResult]:
-    """The report's records: each build record with its target's publish, sign and smoke
-    outcomes. New records; the build stage's own are left as they were.
+    """The report's records: each build record with its target's push, publish, sign and smoke
+    outcomes, as new records (the build stage's own are frozen and stay as they were).
 
     The first error stands (a target whose signing failed is not smoke-tested). A smoke error is
     the verdict of the last smoke run, so a later passing `smoke` clears an earlier one. A
@@ -47,34 +49,63 @@ def with_outcomes(
     by_sign = {o.target: o for o in signed}
     by_smoke = {o.target: o for o in smoked}
     by_publish = {o.target: o for o in published}
+    by_push = {o.target: o for o in pushed}
     records = []
     for build in builds:
-        record = copy.deepcopy(build)
-        publish = by_publish.get(build.target)
-        if publish is not None:
-            replaced = {v.get("compression") for v in publish.variants}
-            kept = [v for v in record.variants if v.get("compression") not in replaced]
-            record.variants = kept + [copy.deepcopy(v) for v in publish.variants]
-            record.notes = [*record.notes, *publish.notes]
-            if publish.error and not record.error:
-                record.error, record.error_code = publish.error, publish.error_code
-        sign = by_sign.get(build.target)
-        if sign is not None:
-            record.signatures = [*record.signatures, *sign.signatures]
-            record.notes = [*record.notes, *sign.notes]
-            if sign.error and not record.error:
-                record.error, record.error_code = sign.error, sign.error_code
-        smoke = by_smoke.get(build.target)
-        if smoke is not None:
-            record.smoke = [dict(check) for check in smoke.checks]
-            for platform, level in smoke.levels:
-                record.raise_level(platform, level)
-            if smoke.error and not record.error:
-                record.error, record.error_code = smoke.error, smoke.error_code
-            elif not smoke.error and record.error_code == SmokeFailed.exit_code:
-                record.error, record.error_code = None, 0
-        records.append(record)
+        record = _with_push(build, by_push.get(build.target))
+        record = _with_publish(record, by_publish.get(build.target))
+        record = _with_sign(record, by_sign.get(build.target))
+        records.append(_with_smoke(record, by_smoke.get(build.target)))
     return records
+
+
+def _first_error(record: BuildResult, error: str | None, error_code: int) -> dict[str, Any]:
+    return {"error": error, "error_code": error_code} if error and not record.error else {}
+
+
+def _with_push(record: BuildResult, push: PushOutcome | None) -> BuildResult:
+    """The pushed record: its SBOMs' registry tags and the push's time; a failed push fails it."""
+    if push is None:
+        return record
+    duration = record.duration_s + push.duration_s
+    if push.error:
+        return replace(
+            record, status="failed", duration_s=duration, **_first_error(record, push.error, push.error_code)
+        )
+    return replace(record, attestations=push.attestations, duration_s=duration)
+
+
+def _with_publish(record: BuildResult, publish: PublishOutcome | None) -> BuildResult:
+    if publish is None:
+        return record
+    return replace(
+        record,
+        variants=publish.variants_over(record.variants),
+        notes=(*record.notes, *publish.notes),
+        **_first_error(record, publish.error, publish.error_code),
+    )
+
+
+def _with_sign(record: BuildResult, sign: SignOutcome | None) -> BuildResult:
+    if sign is None:
+        return record
+    return replace(
+        record,
+        signatures=(*record.signatures, *sign.signed),
+        notes=(*record.notes, *sign.notes),
+        **_first_error(record, sign.error, sign.error_code),
+    )
+
+
+def _with_smoke(record: BuildResult, smoke: SmokeOutcome | None) -> BuildResult:
+    if smoke is None:
+        return record
+    record = replace(record.with_levels(smoke.levels), smoke=smoke.checks)
+    if smoke.error and not record.error:
+        return replace(record, error=smoke.error, error_code=smoke.error_code)
+    if not smoke.error and record.error_code == SmokeFailed.exit_code:
+        return replace(record, error=None, error_code=0)
+    return record
 
 
 def format_bytes(n: float | None) -> str:
@@ -98,16 +129,16 @@ def _base_cell(result: BuildResult) -> str:
 
 
 def _verified_cell(result: BuildResult) -> str:
-    return "<br>".join(f"{v['platform'].split('/')[-1]}: {v['level']}" for v in result.verification) or "-"
+    return "<br>".join(f"{v.platform.split('/')[-1]}: {v.level}" for v in result.verification) or "-"
 
 
-def _variant_sizes(variant: dict[str, Any], sep: str) -> str:
+def _variant_sizes(variant: VariantRecord, sep: str) -> str:
     """`amd64: 1.2 GiB → 1.0 GiB (0.83)` per platform: the gzip image's compressed size → the variant's."""
     cells = []
-    for p in variant.get("platforms", []):
-        gzip, other = p.get("gzip_bytes"), p.get("compressed_bytes")
+    for p in variant.platforms:
+        gzip, other = p.gzip_bytes, p.compressed_bytes
         ratio = f" ({other / gzip:.2f})" if gzip and other else ""
-        cells.append(f"{p.get('platform', '?').split('/')[-1]}: {format_bytes(gzip)} → {format_bytes(other)}{ratio}")
+        cells.append(f"{p.platform.split('/')[-1]}: {format_bytes(gzip)} → {format_bytes(other)}{ratio}")
     return sep.join(cells) or "-"
 
 
@@ -130,7 +161,7 @@ def markdown(results: list[BuildResult]) -> str:
     if failures:
         lines += ["", "### Failures", ""]
         lines += [f"- **{r.target}**: {r.error}" for r in failures]
-    skipped = [(r.target, v["platform"], s) for r in results for v in r.verification for s in v.get("skipped", [])]
+    skipped = [(r.target, v.platform, s) for r in results for v in r.verification for s in v.skipped]
     if skipped:
         lines += ["", "### Not verified (skipped steps and why)", ""]
         lines += [f"- **{t}** {p}: {s}" for t, p, s in skipped]
@@ -146,10 +177,9 @@ def markdown(results: list[BuildResult]) -> str:
         lines += ["", "### Compression variants", "", "| target | compression | tags | digest | size per platform |"]
         lines.append("|---|---|---|---|---|")
         for r, v in variants:
-            tags = "<br>".join(f"`{ref.rpartition(':')[2]}`" for ref in v.get("refs", [])) or "-"
+            tags = "<br>".join(f"`{ref.rpartition(':')[2]}`" for ref in v.refs) or "-"
             lines.append(
-                f"| {r.target} | {v.get('compression')} | {tags} | `{str(v.get('digest', ''))[:19]}…` | "
-                f"{_variant_sizes(v, '<br>')} |"
+                f"| {r.target} | {v.compression} | {tags} | `{v.digest[:19]}…` | {_variant_sizes(v, '<br>')} |"
             )
     notes = [(r.target, n) for r in results for n in r.notes]
     if notes:
@@ -160,27 +190,23 @@ def markdown(results: list[BuildResult]) -> str:
         lines += ["", "### SBOM and provenance", "", "| target | platform | components | SBOM | provenance |"]
         lines.append("|---|---|---|---|---|")
         for t, a in sboms:
-            where = a.get("sbom_ref") or a.get("sbom", "")
-            lines.append(
-                f"| {t} | {a.get('platform')} | {a.get('components')} | `{where}` | {a.get('provenance_type') or '-'} |"
-            )
+            where = a.sbom_ref or a.sbom
+            lines.append(f"| {t} | {a.platform} | {a.components} | `{where}` | {a.provenance_type or '-'} |")
     signed = [(r.target, s) for r in results for s in r.signatures]
     if signed:
         lines += ["", "### Signatures", "", "| target | scheme | what | digest | key id | result |"]
         lines.append("|---|---|---|---|---|---|")
-        for t, s in signed:
-            what = s.get("attestation") or "image"
+        for t, signature in signed:
+            what = signature.attestation or "image"
             lines.append(
-                f"| {t} | {s.get('scheme')} | {what} | `{str(s.get('digest', ''))[:19]}…` | {s.get('key_id', '-')} "
-                f"| {s.get('result', '-')} |"
+                f"| {t} | {signature.scheme} | {what} | `{signature.digest[:19]}…` | {signature.key_id} "
+                f"| {signature.result} |"
             )
     smoked = [(r.target, s) for r in results for s in r.smoke]
     if smoked:
         lines += ["", "### Smoke tests", "", "| target | platform | check | result | detail |", "|---|---|---|---|---|"]
         for t, s in smoked:
-            lines.append(
-                f"| {t} | {s.get('platform', '')} | {s.get('check')} | {s.get('status')} | {s.get('detail', '')} |"
-            )
+            lines.append(f"| {t} | {s.platform} | {s.check} | {s.status} | {s.detail} |")
     return "\n".join(lines) + "\n"
 
 
@@ -203,10 +229,9 @@ def print_table(results: list[BuildResult], stream: TextIO | None = None) -> Non
     console.print(table)
     for r in results:
         for v in r.variants:
-            tags = ", ".join(ref.rpartition(":")[2] for ref in v.get("refs", [])) or "untagged"
+            tags = ", ".join(ref.rpartition(":")[2] for ref in v.refs) or "untagged"
             console.print(
-                f"{r.target} {v.get('compression')} variant ({tags}): {r.image_repo}@{v.get('digest')}; "
-                f"{_variant_sizes(v, ', ')}",
+                f"{r.target} {v.compression} variant ({tags}): {r.image_repo}@{v.digest}; {_variant_sizes(v, ', ')}",
                 highlight=False,
             )
     for r in results:
@@ -218,7 +243,7 @@ def write_reports(results: list[BuildResult], dist: Path) -> tuple[Path, Path]:
     dist.mkdir(parents=True, exist_ok=True)
     json_path = dist / "report.json"
     md_path = dist / "report.md"
-    payload = {"schema": REPORT_SCHEMA, "results": [asdict(r) for r in results]}
+    payload = {"schema": REPORT_SCHEMA, "results": [r.as_dict() for r in results]}
     tmp = json_path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
     tmp.replace(json_path)
@@ -236,11 +261,7 @@ def load_results(dist: Path) -> list[BuildResult]:
         return []
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-        results = []
-        for item in data.get("results", []):
-            item = dict(item)
-            item["platforms"] = [PlatformResult(**p) for p in item.get("platforms", [])]
-            results.append(BuildResult(**item))
+        results = [BuildResult.from_dict(item) for item in data.get("results", [])]
     except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
         detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise ConfigError(

@@ -1,1 +1,1 @@
-"""Stage 4, sign: build results → SM2 and cosign signatures and attestations (through signing/)."""
+"""Stage 7, sign: build results → SM2 and cosign signatures and attestations (through signing/)."""

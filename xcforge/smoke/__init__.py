@@ -1,1 +1,1 @@
-"""Stage 5, smoke: each signed image started the way operators start it, checked, removed."""
+"""Stage 8, smoke: each signed image started the way operators start it, checked, removed."""

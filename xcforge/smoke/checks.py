@@ -23,7 +23,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +32,7 @@ from xcforge.config.matrix import EmulatedCpu, Target, is_arch
 from xcforge.console import say
 from xcforge.errors import SmokeFailed
 from xcforge.paths import REPO_ROOT
+from xcforge.records import SmokeCheck
 from xcforge.shell import run
 from xcforge.smoke import containers
 from xcforge.smoke.containers import RunSpec
@@ -44,14 +45,6 @@ if TYPE_CHECKING:
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"
 TINY_MODEL_SCRIPT = REPO_ROOT / "tools" / "make_tiny_model.py"
-
-
-@dataclass
-class SmokeCheck:
-    check: str
-    platform: str
-    status: str
-    detail: str = ""
 
 
 @dataclass(frozen=True)
@@ -590,14 +583,14 @@ class SmokeOutcome:
     record is not touched: the report stage puts the two together (xcforge/report/results.py)."""
 
     target: str
-    checks: tuple[dict[str, Any], ...]
+    checks: tuple[SmokeCheck, ...]
     levels: tuple[tuple[str, str], ...] = ()  # (platform, level) proven by a served completion
     error: str | None = None
     error_code: int = 0
 
     @property
-    def failed(self) -> list[dict[str, Any]]:
-        return [c for c in self.checks if c["status"] == FAIL]
+    def failed(self) -> list[SmokeCheck]:
+        return [c for c in self.checks if c.status == FAIL]
 
 
 def smoke_outcome(target: str, checks: list[SmokeCheck], *, device: bool) -> SmokeOutcome:
@@ -609,7 +602,7 @@ def smoke_outcome(target: str, checks: list[SmokeCheck], *, device: bool) -> Smo
     error = None
     if failed:
         error = f"{len(failed)} smoke check(s) failed: " + ", ".join(f"{c.check} ({c.platform})" for c in failed[:5])
-    return SmokeOutcome(target, tuple(asdict(c) for c in checks), levels, error, SmokeFailed.exit_code if failed else 0)
+    return SmokeOutcome(target, tuple(checks), levels, error, SmokeFailed.exit_code if failed else 0)
 
 
 def smoke_results(results: Iterable[BuildResult], options: SmokeOptions) -> list[SmokeOutcome]:

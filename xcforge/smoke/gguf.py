@@ -18,8 +18,8 @@ from pathlib import Path
 from xcforge.config.matrix import Matrix, Target
 from xcforge.config.site import SiteConfig, load_site
 from xcforge.errors import ConfigError, EnvironmentProblem
+from xcforge.lock import deps, locks
 from xcforge.paths import REPO_ROOT
-from xcforge.plan import deps, locks
 from xcforge.shell import DOCKER, run
 from xcforge.smoke import containers
 from xcforge.smoke.containers import RunSpec

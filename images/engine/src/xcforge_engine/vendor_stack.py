@@ -30,7 +30,7 @@ from importlib import metadata
 from typing import Any
 
 STANDIN_STACK_JSON = "/etc/xcforge-stand-in-stack.json"
-PLACEHOLDER_MARKER = "XCFORGE-PLACEHOLDER"  # xcforge/plan/placeholders.py writes it into each placeholder
+PLACEHOLDER_MARKER = "XCFORGE-PLACEHOLDER"  # xcforge/lock/placeholders.py writes it into each placeholder
 STANDIN_FILE_MARK = "xcforge stand-in"  # the first line of a stand-in's copy of a vendor patch file
 
 _OPS = ("==", ">=", "<=", "!=", "~=", "<", ">")

@@ -1,5 +1,5 @@
 """The committed locks under images/<target>/locks/, read: what a plan, the report and the build
-need of them before anything is built. Resolving and writing them is `deps`'s job (plan/deps.py,
+need of them before anything is built. Resolving and writing them is `deps`'s job (lock/deps.py,
 which imports uv's machinery, indexes and archives); this module is standard library only, so a
 build reads its locks without loading that.
 """

@@ -19,7 +19,7 @@ from xcforge import generated
 from xcforge.config.matrix import Matrix, Target
 from xcforge.errors import RenderError
 from xcforge.generated import Generated
-from xcforge.plan import locks
+from xcforge.lock import locks
 
 if TYPE_CHECKING:
     import jinja2
@@ -337,7 +337,7 @@ def plugin_pins(target: Target) -> list[str]:
 
 def render_target(matrix: Matrix, target: Target, templates_dir: Path | None = None) -> RenderedDockerfile:
     # Jinja2 loads here, not with this module: the bake file's labels come from this module too, and
-    # a cached build whose inputs did not change renders nothing (plan/render_inputs.py).
+    # a cached build whose inputs did not change renders nothing (render/inputs.py).
     import jinja2
 
     templates_dir = templates_dir or matrix.templates_dir
@@ -365,7 +365,8 @@ def render_target(matrix: Matrix, target: Target, templates_dir: Path | None = N
         # The innermost template frame: the variable may be in the template this one extends.
         raise RenderError(
             f"{_template_line(exc, templates_dir / name)}: target '{target.name}': {exc.message}; fix the name "
-            "in the template, or give the value in matrix.yaml (templates see render_context in xcforge/plan/render.py)"
+            "in the template, or give the value in matrix.yaml "
+            "(templates see render_context in xcforge/render/dockerfile.py)"
         ) from exc
     except jinja2.TemplateSyntaxError as exc:
         raise RenderError(f"{exc.filename or name}:{exc.lineno}: template syntax error: {exc.message}") from exc

@@ -25,7 +25,7 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 
 from xcforge.config.matrix import Matrix, Target
-from xcforge.plan import locks
+from xcforge.lock import locks
 
 MARKER = "XCFORGE-PLACEHOLDER"
 SUMMARY_PREFIX = "xcforge placeholder"

@@ -9,9 +9,10 @@ from typing import Any
 
 from xcforge import generated
 from xcforge.config.matrix import Matrix, Target
-from xcforge.plan import locks, render
-from xcforge.plan.doc_tables import replace_section
-from xcforge.plan.render import engine_title
+from xcforge.docgen.doc_tables import replace_section
+from xcforge.lock import locks
+from xcforge.render import dockerfile
+from xcforge.render.dockerfile import engine_title
 
 BEGIN = "<!-- BEGIN GENERATED: python build.py render (edit matrix.yaml, not this table) -->"
 LIST_BEGIN = "<!-- BEGIN GENERATED: python build.py render (edit matrix.yaml, not this list) -->"
@@ -43,7 +44,7 @@ def _locks(matrix: Matrix, target: Target) -> str:
     if target.refused:
         return f"**refused**: {target.refused}"
     if target.vendor_image:
-        count = len(render.vendor_assertions(matrix, target))
+        count = len(dockerfile.vendor_assertions(matrix, target))
         return f"vendor image: its own set, {count} packages asserted at build time (no lock)"
     parts = []
     for platform in target.platforms:

@@ -49,8 +49,8 @@ from xcforge.config.site import SiteConfig
 from xcforge.console import echo
 from xcforge.errors import ConfigError, DependencyConflict, EnvironmentProblem
 from xcforge.generated import Generated
-from xcforge.plan import placeholders
-from xcforge.plan.locks import deps_path, engine_sdist_pin, pins, read_deps
+from xcforge.lock import placeholders
+from xcforge.lock.locks import deps_path, engine_sdist_pin, pins, read_deps
 
 PYPI = "https://pypi.org/simple"
 LOCK_SCHEMA = 1
