@@ -1,8 +1,9 @@
 """`model pack|inspect|unpack|sign|verify`: models as signed OCI artifacts (xcforge/model/, docs/models.md).
 
 Signing and verifying go through the images' own code: `xcforge.sign.stage.sign_subject` (SM2 +
-cosign, audit log) and `signing.verify.verify_archive` / `verify_image`, with the model manifest's
-digest as the subject. The artifact has no SBOM or provenance, so no attestations are made or asked.
+cosign, audit log) and `signing.verify.verify` over the artifact's SignatureStore (the files beside
+its archive, or its registry), with the model manifest's digest as the subject. The artifact has
+no SBOM or provenance, so no attestations are made or asked.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from xcforge.sign import keys
 
 if TYPE_CHECKING:
     from ocicore.registry import Reference
+    from signing.store import SignatureStore
     from xcforge.model.artifact import BlobOpener, ModelArtifact
 
 _NAME = re.compile(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*$")
@@ -127,6 +129,13 @@ def _archive_identity(artifact: ModelArtifact) -> str:
     from ocicore.registry import Reference
 
     return Reference.parse(str(artifact.config.get("name") or "model")).name
+
+
+def _store(artifact: ModelArtifact, archive: Path | None, ref: Reference | None, insecure: bool) -> SignatureStore:
+    """Where the artifact's signatures are: beside its archive, or next to it in the registry."""
+    from signing.store import open_store
+
+    return open_store(ref or _archive_identity(artifact), archive, insecure=insecure)
 
 
 def _load(source: str, insecure: bool) -> tuple[ModelArtifact, Path | None, Reference | None]:
@@ -263,7 +272,7 @@ def _verify(args: argparse.Namespace, artifact: ModelArtifact, archive: Path | N
     """The images' verification (signing.verify) of the artifact's manifest digest; VerificationFailed
     when a scheme given a key has no valid signature by one of its keys."""
     from signing.errors import VerificationFailed
-    from signing.verify import verify_archive, verify_image
+    from signing.verify import verify
 
     sm2_keys = keys.public_keys(args.sm2_key, keys.SM2_KEY_ENV, "sm2")
     cosign_keys = keys.public_keys(args.cosign_key, keys.COSIGN_KEY_ENV, "cosign")
@@ -275,12 +284,7 @@ def _verify(args: argparse.Namespace, artifact: ModelArtifact, archive: Path | N
         "sm2_dist_id": args.sm2_distid.encode("utf-8"),
         "attestations": False,
     }
-    if archive is not None:
-        name = _archive_identity(artifact)
-        report = verify_archive(archive, artifact.digest, name, sm2_keys, cosign_keys, None, **options)
-    else:
-        assert ref is not None
-        report = verify_image(ref, sm2_keys, cosign_keys, None, insecure=args.insecure, **options)
+    report = verify(_store(artifact, archive, ref, args.insecure), artifact.digest, sm2_keys, cosign_keys, **options)
     for line in report.lines():
         print(line)
     audit = _audit(args)
@@ -303,35 +307,11 @@ def _signature_docs(
     artifact: ModelArtifact, archive: Path | None, ref: Reference | None, insecure: bool
 ) -> dict[str, bytes]:
     """The detached-signature documents (signing.store's format) that go into `.xcforge-model/`."""
-    import base64
+    from signing.store import FORMATS
 
-    from ocicore.registry import RegistryClient
-    from signing.store import DETACHED_MEDIA_TYPE, FORMATS, detached_path, read_signatures
-
-    docs: dict[str, bytes] = {}
-    for scheme in FORMATS:
-        if archive is not None:
-            path = detached_path(archive, artifact.digest, scheme)
-            if path.is_file():
-                docs[scheme] = path.read_bytes()
-            continue
-        assert ref is not None
-        stored = read_signatures(
-            RegistryClient(ref.registry, insecure=insecure), ref.repository, artifact.digest, scheme
-        )
-        if stored:
-            doc = {
-                "mediaType": DETACHED_MEDIA_TYPE,
-                "subject": artifact.digest,
-                "scheme": scheme,
-                "signatures": [
-                    {"payload": base64.b64encode(s.payload).decode("ascii"), "annotations": dict(s.annotations)}
-                    for s in stored
-                    if s.payload is not None
-                ],
-            }
-            docs[scheme] = (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode()
-    return docs
+    store = _store(artifact, archive, ref, insecure)
+    docs = {scheme: store.signature_document(artifact.digest, scheme) for scheme in FORMATS}
+    return {scheme: doc for scheme, doc in docs.items() if doc is not None}
 
 
 @contextlib.contextmanager
