@@ -17,7 +17,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from xcforge.commands.sign_cmds import _add_audit, _audit
+from xcforge.commands._audit import add_audit, open_audit
+from xcforge.commands._keys import add_identities, add_private_keys, add_public_keys, trust_from_args
 from xcforge.errors import ConfigError
 from xcforge.sign import keys
 
@@ -45,9 +46,9 @@ def register(
     pack.add_argument("--chunk-size", default="512M", help="largest chunk (one layer each), e.g. 512M, 1G")
     pack.add_argument("--registry", help="registry/path to push to (with --push), e.g. 127.0.0.1:5000/models")
     pack.add_argument("--push", action="store_true", help="push the artifact to --registry, by digest, tag last")
-    _signing_flags(pack)
+    add_private_keys(pack, "to sign the artifact with", distid=True)
     pack.add_argument("--json", type=Path, metavar="FILE", help="also write the result as JSON")
-    _add_audit(pack)
+    add_audit(pack)
     pack.set_defaults(func=run_pack)
 
     inspect = sub.add_parser("inspect", parents=parents, help="what a model artifact holds (archive or REF)")
@@ -59,23 +60,23 @@ def register(
     unpack = sub.add_parser("unpack", parents=parents, help="write a model artifact's files, every chunk verified")
     unpack.add_argument("source", metavar="ARCHIVE|REF@DIGEST")
     unpack.add_argument("dest", type=Path, metavar="DIR", help="a new (or empty) directory")
-    _trust_flags(unpack)
+    _trust_flags(unpack, "verify the signatures first with a trusted")
     unpack.add_argument("--insecure", action="store_true", help="plain http to a non-loopback registry")
-    _add_audit(unpack)
+    add_audit(unpack)
     unpack.set_defaults(func=run_unpack)
 
     sign = sub.add_parser("sign", parents=parents, help="sign a model artifact (archive, or REF@DIGEST)")
     sign.add_argument("source", metavar="ARCHIVE|REF@DIGEST")
-    _signing_flags(sign)
+    add_private_keys(sign, "to sign with", distid=True)
     sign.add_argument("--insecure", action="store_true", help="plain http to a non-loopback registry")
-    _add_audit(sign)
+    add_audit(sign)
     sign.set_defaults(func=run_sign)
 
     verify = sub.add_parser("verify", parents=parents, help="verify a model artifact's signatures")
     verify.add_argument("source", metavar="ARCHIVE|REF@DIGEST")
-    _trust_flags(verify)
+    _trust_flags(verify, "a trusted")
     verify.add_argument("--insecure", action="store_true", help="plain http to a non-loopback registry")
-    _add_audit(verify)
+    add_audit(verify)
     verify.set_defaults(func=run_verify)
     model.set_defaults(func=lambda args: _missing_action())
 
@@ -84,20 +85,9 @@ def _missing_action() -> int:
     raise ConfigError("model: choose an action (pack, inspect, unpack, sign, verify)")
 
 
-def _signing_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--sm2-key", type=Path, help=f"SM2 private key (or PEM in ${keys.SM2_KEY_ENV})")
-    parser.add_argument("--cosign-key", type=Path, help=f"cosign private key (or PEM in ${keys.COSIGN_KEY_ENV})")
-    parser.add_argument("--sm2-distid", default="1234567812345678", help="SM2 distinguishing ID (GB/T 32918 default)")
-
-
-def _trust_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--sm2-key", type=Path, action="append", default=[], help="trusted SM2 public key")
-    parser.add_argument("--cosign-key", type=Path, action="append", default=[], help="trusted cosign public key")
-    parser.add_argument("--sm2-distid", default="1234567812345678", help="SM2 distinguishing ID to verify with")
-    parser.add_argument(
-        "--allow-identity", action="append", default=[], metavar="REPO", help="also accept payloads naming REPO"
-    )
-    parser.add_argument("--any-identity", action="store_true", help="ignore docker-reference, like cosign")
+def _trust_flags(parser: argparse.ArgumentParser, whose: str) -> None:
+    add_public_keys(parser, whose)
+    add_identities(parser)
 
 
 def _say(message: str) -> None:
@@ -174,7 +164,7 @@ def run_pack(args: argparse.Namespace) -> int:
         raise ConfigError("model pack --push: give --registry R (e.g. 127.0.0.1:5000/models) to push to")
     chunk_size = parse_size(args.chunk_size)
     signing_keys = _signing_keys(args, required=False)
-    audit = _audit(args)
+    audit = open_audit(args)
     out = args.out or args.dist / "models" / f"{name.replace('/', '-')}-{tag}.model.oci.tar"
     if not args.source.exists():
         raise ConfigError(f"model pack {args.source}: no such directory; give the model directory (or a .gguf file)")
@@ -262,37 +252,22 @@ def run_sign(args: argparse.Namespace) -> int:
     signing_keys = _signing_keys(args, required=True)
     if not _is_archive(args.source):
         _reference(args.source, digest_required=True)
-    audit = _audit(args)
+    audit = open_audit(args)
     artifact, archive, ref = _load(args.source, args.insecure)
     _sign(artifact, archive, str(ref) if ref else None, signing_keys, audit, insecure=args.insecure)
     return 0
 
 
 def _verify(args: argparse.Namespace, artifact: ModelArtifact, archive: Path | None, ref: Reference | None) -> None:
-    """The images' verification (signing.verify) of the artifact's manifest digest; VerificationFailed
+    """The images' verification (xcforge.sign.check) of the artifact's manifest digest; VerificationFailed
     when a scheme given a key has no valid signature by one of its keys."""
-    from signing.errors import VerificationFailed
-    from signing.verify import verify
+    from xcforge.sign.check import check_signatures
 
-    sm2_keys = keys.public_keys(args.sm2_key, keys.SM2_KEY_ENV, "sm2")
-    cosign_keys = keys.public_keys(args.cosign_key, keys.COSIGN_KEY_ENV, "cosign")
-    if not sm2_keys and not cosign_keys:
+    trust = trust_from_args(args)
+    if not trust.sm2_keys and not trust.cosign_keys:
         raise ConfigError("model verify: give --sm2-key and/or --cosign-key (the sender's public keys)")
-    options = {
-        "allowed_identities": args.allow_identity,
-        "check_identity": not args.any_identity,
-        "sm2_dist_id": args.sm2_distid.encode("utf-8"),
-        "attestations": False,
-    }
-    report = verify(_store(artifact, archive, ref, args.insecure), artifact.digest, sm2_keys, cosign_keys, **options)
-    for line in report.lines():
-        print(line)
-    audit = _audit(args)
-    if audit is not None:
-        audit.record("verify", digest=report.digest, subject=report.reference, result="ok" if report.ok else "failed")
-    if not report.ok:
-        missing = ", ".join(report.missing) or "see above"
-        raise VerificationFailed(f"{report.reference}: required signatures missing or invalid ({missing})")
+    store = _store(artifact, archive, ref, args.insecure)
+    check_signatures(store, artifact.digest, trust, attestations=False, audit=lambda: open_audit(args))
 
 
 def run_verify(args: argparse.Namespace) -> int:
@@ -360,7 +335,7 @@ def run_unpack(args: argparse.Namespace) -> int:
     print(
         f"unpacked {artifact.digest} into {args.dest} ({total / 2**20:.1f} MiB), record in {args.dest}/.xcforge-model/"
     )
-    audit = _audit(args)
+    audit = open_audit(args)
     if audit is not None:
         audit.record("model-unpack", digest=artifact.digest, subject=args.source, details={"dest": str(args.dest)})
     return 0
