@@ -10,11 +10,10 @@ from typing import TYPE_CHECKING
 
 from xcforge.commands._paths import check_directory
 from xcforge.errors import ConfigError
+from xcforge.sign.audit_log import AUDIT_ENV
 
 if TYPE_CHECKING:
     from signing.audit import AuditLog
-
-AUDIT_ENV = "XCFORGE_AUDIT_LOG"
 
 
 def add_audit(parser: argparse.ArgumentParser) -> None:

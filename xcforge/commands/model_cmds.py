@@ -235,6 +235,7 @@ def _sign(
     insecure: bool,
 ) -> None:
     from signing.audit import AuditLog
+    from xcforge.sign.audit_log import checkpoint
     from xcforge.sign.stage import SigningKeys, SignSubject, sign_subject
 
     assert isinstance(signing_keys, SigningKeys)
@@ -243,9 +244,7 @@ def _sign(
     subject = SignSubject(repository=repository, digests=[artifact.digest], archive=archive, insecure=insecure)
     for record in sign_subject(subject, signing_keys, audit):
         print(record.line())
-    if audit is not None and signing_keys.sm2 is not None:
-        entry = audit.checkpoint(signing_keys.sm2)
-        print(f"audit checkpoint at entry {entry['seq']} (SM2 {signing_keys.sm2.public_key.short_id})")
+    checkpoint(audit, signing_keys)
 
 
 def run_sign(args: argparse.Namespace) -> int:

@@ -13,16 +13,15 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from signing.errors import VerificationFailed
 from xcforge.commands._audit import AUDIT_ENV, add_audit, open_audit
 from xcforge.commands._keys import add_distid, add_identities, add_private_keys, add_public_keys, trust_from_args
 from xcforge.commands._paths import check_directory, unwritable_reason
 from xcforge.errors import ConfigError
 from xcforge.sign import keys
+from xcforge.sign.audit_log import checkpoint
 
 if TYPE_CHECKING:  # each command imports what it uses when it runs
     from ocicore.registry import Reference
-    from signing.audit import AuditHead
     from xcforge.bake.result import BuildResult
     from xcforge.sign.options import SigningKeys
 DEFAULT_KEY_DIR = Path(".xcforge/keys")  # ignored by git, so a key is never committed by accident
@@ -181,7 +180,8 @@ def _recorded(args: argparse.Namespace, command: str) -> tuple[list[BuildResult]
     matches = [r for r in results if r.target == args.target]
     if not matches or not matches[-1].digest:
         raise ConfigError(
-            f"{command} --target {args.target}: no built digest in {args.report / 'report.json'}; build it first"
+            f"{command} --target: no built digest for target {args.target!r} in {args.report / 'report.json'}; "
+            "build it first"
         )
     return results, matches[-1]
 
@@ -215,9 +215,7 @@ def _sign_target(args: argparse.Namespace, signing_keys: SigningKeys) -> int:
         what = entry.get("attestation") or "image"
         print(f"{entry.get('scheme')} {what} {record.image_repo}@{entry.get('digest')}: {entry.get('result')}")
     print(f"{args.target}: {len(signed_digests(record))} digest(s) signed (index, platforms and variants)")
-    if audit is not None and signing_keys.sm2 is not None:
-        entry = audit.checkpoint(signing_keys.sm2)
-        print(f"audit checkpoint at entry {entry['seq']} (SM2 {signing_keys.sm2.public_key.short_id})")
+    checkpoint(audit, signing_keys)
     return 0
 
 
@@ -260,9 +258,7 @@ def run_sign(args: argparse.Namespace) -> int:
     )
     for record in sign_subject(subject, signing_keys, audit):
         print(record.line())
-    if audit is not None and signing_keys.sm2 is not None:
-        entry = audit.checkpoint(signing_keys.sm2)  # the chain head, signed: rewriting the log needs this key
-        print(f"audit checkpoint at entry {entry['seq']} (SM2 {signing_keys.sm2.public_key.short_id})")
+    checkpoint(audit, signing_keys)
     return 0
 
 
@@ -287,23 +283,10 @@ def _statements(args: argparse.Namespace, ref: Reference, digest: str) -> dict[s
 def _target_reference(args: argparse.Namespace) -> tuple[str, Path | None, list[str]]:
     """IMAGE@DIGEST (and archive, for archive output) of a target in the last build report, and
     IMAGE@DIGEST of each variant published next to it (zstd)."""
-    matches = [r for r in _load_report(args.report) if r.target == args.target]
-    if not matches or not matches[-1].digest:
-        raise ConfigError(
-            f"no built digest for target {args.target!r} in {args.report / 'report.json'}; build it first"
-        )
-    result = matches[-1]
+    _, result = _recorded(args, "verify")
     archive = Path(result.archive) if not result.output.pushes and result.archive else None
     variants = [f"{result.image_repo}@{v['digest']}" for v in result.variants if v.get("digest")]
     return f"{result.image_repo}@{result.digest}", archive, variants
-
-
-def _load_report(directory: Path) -> list[BuildResult]:
-    try:
-        from xcforge.report.results import load_results
-    except ImportError as exc:
-        raise ConfigError("verify --target needs the build report module; pass IMAGE@DIGEST instead") from exc
-    return load_results(directory)
 
 
 def run_verify(args: argparse.Namespace) -> int:
@@ -365,53 +348,16 @@ def run_promote(args: argparse.Namespace) -> int:
     return 0
 
 
-def _expected_head(text: str | None) -> AuditHead | None:
-    """--expect-head COUNT:HASH, as `audit verify` prints the head (HASH: 64 lower-case hex digits)."""
-    from ocicore.digest import is_sha256_hex
-    from signing.audit import AuditHead
-
-    if text is None:
-        return None
-    count, sep, last_hash = text.partition(":")
-    if not (sep and count.isdigit() and count.isascii() and is_sha256_hex(last_hash)):
-        raise ConfigError(
-            f"--expect-head {text[:80]!r}: not COUNT:HASH; pass the head an earlier `audit verify` printed "
-            "(`head 42:<64 hex digits>`), as recorded in the CI report"
-        )
-    return AuditHead(int(count), last_hash)
-
-
 def run_audit_verify(args: argparse.Namespace) -> int:
-    from signing.audit import DEFAULT_AUDIT_LOG, AuditLog, verify_audit_log
+    from signing.audit import DEFAULT_AUDIT_LOG
+    from xcforge.sign.audit_log import check_audit_log, parse_head, require_log
 
-    expected = _expected_head(args.expect_head)  # a malformed flag is bad input (2), whatever the log
+    expected = parse_head(args.expect_head)  # a malformed flag is bad input (2), whatever the log
     path = args.path or Path(os.environ.get(AUDIT_ENV, DEFAULT_AUDIT_LOG))
-    if path.is_dir():
-        raise ConfigError(f"audit verify {path}: is a directory; give the audit log file (or ${AUDIT_ENV})")
-    if not path.exists() and not AuditLog(path).segments():
-        # Still a verification failure (exit 8): a deleted log is what tampering looks like.
-        raise VerificationFailed(
-            f"audit log {path}: does not exist (nor any rotated segment of it); name the log "
-            f"(`audit verify PATH` or ${AUDIT_ENV}, default {DEFAULT_AUDIT_LOG}), or restore it from a backup "
-            "or an `audit export` archive if it was deleted"
-        )
+    require_log(path)
     public = keys.public_keys([args.sm2_key], keys.SM2_KEY_ENV, "sm2")[0] if args.sm2_key else None
-    result = verify_audit_log(path, expected_head=expected, sm2_public=public)
-    if not result.ok:
-        raise VerificationFailed(f"audit log {path}: {result.problem}")
-    print(
-        f"audit log {path}: {result.count} entries in {result.segments} file(s), chain intact, "
-        f"head {result.count}:{result.last_hash}"
-    )
-    if result.pruned_before:
-        print(f"  entries 0-{result.pruned_before - 1} pruned by the retention policy (recorded in the chain)")
-    if public is not None:
-        print(
-            f"  {result.checkpoints} checkpoint(s) signed by SM2 key {public.short_id}; "
-            f"{result.unsigned_tail} entries after the last one"
-        )
-    else:
-        print("  checkpoints not checked: pass --sm2-key PUB to prove the chain was not rewritten")
+    for line in check_audit_log(path, expected, public):
+        print(line)
     return 0
 
 
