@@ -24,7 +24,7 @@ import binascii
 import json
 import os
 import tarfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -248,6 +248,29 @@ def _schemes(signers: Sequence[Signer]) -> list[str]:
     return list(dict.fromkeys(s.scheme for s in signers))
 
 
+def _attest_new(
+    signers: Sequence[Signer],
+    scheme: str,
+    statements: Sequence[tuple[str, bytes]],
+    existing: list[bytes],
+    location: str,
+    add: Callable[[bytes, dict[str, str]], None],
+) -> list[AttestResult]:
+    """An envelope per (signer of `scheme`, statement) not in `existing` yet, handed to `add` with its
+    layer annotations; signing the same statement again with the same key changes nothing."""
+    results = []
+    for signer in (s for s in signers if s.scheme == scheme):
+        for predicate_type, payload in statements:
+            if already_attested(signer, payload, existing):
+                results.append(AttestResult(scheme, signer.key_id, predicate_type, location, False))
+                continue
+            data = envelope(payload, signer)
+            add(data, layer_annotations(signer, predicate_type))
+            existing.append(data)
+            results.append(AttestResult(scheme, signer.key_id, predicate_type, location, True))
+    return results
+
+
 # ------------------------------------------------------------------------------------------ the stores
 
 
@@ -447,26 +470,21 @@ class RegistryStore:
             location = self._location(tag)
             manifest = read_manifest(self.client, self.ref.repository, tag) or SignatureManifest()
             existing = [s.envelope for s in self._attestations(tag, manifest, scheme) if s.envelope]
-            changed = False
-            for signer in (s for s in signers if s.scheme == scheme):
-                for predicate_type, payload in statements:
-                    if already_attested(signer, payload, existing):
-                        results.append(AttestResult(scheme, signer.key_id, predicate_type, location, False))
-                        continue
-                    data = envelope(payload, signer)
-                    self.client.push_blob(self.ref.repository, data)
-                    manifest.layers.append(
-                        {
-                            "mediaType": DSSE_MEDIA_TYPE,
-                            "size": len(data),
-                            "digest": sha256_digest(data),
-                            "annotations": layer_annotations(signer, predicate_type),
-                        }
-                    )
-                    existing.append(data)
-                    changed = True
-                    results.append(AttestResult(scheme, signer.key_id, predicate_type, location, True))
-            if changed:
+
+            def add(data: bytes, annotations: dict[str, str], layers: list[dict[str, Any]] = manifest.layers) -> None:
+                self.client.push_blob(self.ref.repository, data)
+                layers.append(
+                    {
+                        "mediaType": DSSE_MEDIA_TYPE,
+                        "size": len(data),
+                        "digest": sha256_digest(data),
+                        "annotations": annotations,
+                    }
+                )
+
+            made = _attest_new(signers, scheme, statements, existing, location, add)
+            results += made
+            if any(r.added for r in made):
                 self._put(tag, manifest)
         return results
 
@@ -578,20 +596,13 @@ class OciArchiveStore:
             }
             entries = doc["attestations"]
             existing = [canonical_json(e["envelope"]) for e in entries if isinstance(e, dict) and "envelope" in e]
-            changed = False
-            for signer in (s for s in signers if s.scheme == scheme):
-                for predicate_type, payload in statements:
-                    if already_attested(signer, payload, existing):
-                        results.append(AttestResult(scheme, signer.key_id, predicate_type, str(path), False))
-                        continue
-                    data = envelope(payload, signer)
-                    entries.append(
-                        {"envelope": json.loads(data), "annotations": layer_annotations(signer, predicate_type)}
-                    )
-                    existing.append(data)
-                    changed = True
-                    results.append(AttestResult(scheme, signer.key_id, predicate_type, str(path), True))
-            if changed:
+
+            def add(data: bytes, annotations: dict[str, str], entries: list[Any] = entries) -> None:
+                entries.append({"envelope": json.loads(data), "annotations": annotations})
+
+            made = _attest_new(signers, scheme, statements, existing, str(path), add)
+            results += made
+            if any(r.added for r in made):
                 write_detached_doc(path, doc)
         return results
 
