@@ -43,14 +43,24 @@ def add_private_keys(
         add_distid(parser, "to sign with")
 
 
-def add_public_keys(parser: argparse.ArgumentParser, whose: str, *, distid: bool = True) -> None:
-    """--sm2-key / --cosign-key FILE (repeatable): the public keys trusted, `whose` saying whose."""
-    parser.add_argument(
-        "--sm2-key", type=Path, action="append", default=[], help=f"{whose} SM2 public key (repeatable)"
-    )
-    parser.add_argument(
-        "--cosign-key", type=Path, action="append", default=[], help=f"{whose} cosign public key (repeatable)"
-    )
+def add_public_keys(
+    parser: argparse.ArgumentParser,
+    whose: str,
+    *,
+    distid: bool = True,
+    schemes: tuple[Scheme, ...] = ("sm2", "cosign"),
+    repeatable: bool = True,
+) -> None:
+    """--sm2-key / --cosign-key FILE (repeatable): the public keys trusted, `whose` saying whose. A
+    private key is accepted too, for its public half (xcforge/sign/keys.py)."""
+    action = "append" if repeatable else "store"
+    more = " (repeatable)" if repeatable else " (or the private key, for its public half)"
+    for scheme, label in (("sm2", "SM2"), ("cosign", "cosign")):
+        if scheme in schemes:
+            default: list[Path] | None = [] if repeatable else None
+            parser.add_argument(
+                f"--{scheme}-key", type=Path, action=action, default=default, help=f"{whose} {label} public key{more}"
+            )
     if distid:
         add_distid(parser, "to verify with")
 

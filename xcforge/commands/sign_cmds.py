@@ -102,9 +102,7 @@ def register(
     audit_verify = audit_sub.add_parser("verify", parents=parents, help="check the audit log's hash chain")
     audit_verify.add_argument("path", nargs="?", type=Path, help="default dist/audit.log.jsonl")
     audit_verify.add_argument("--expect-head", metavar="COUNT:HASH", help="head recorded elsewhere (CI report)")
-    audit_verify.add_argument(
-        "--sm2-key", type=Path, help="SM2 public key (or the private key, for its public half): check checkpoints"
-    )
+    add_public_keys(audit_verify, "the checkpoints'", distid=False, schemes=("sm2",), repeatable=False)
     audit_verify.set_defaults(func=run_audit_verify)
     for name, helptext in (
         ("checkpoint", "sign the chain head with the SM2 key (--sm2-key or $XCFORGE_SM2_KEY)"),
