@@ -11,16 +11,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from signing.errors import VerificationFailed
+from signing.verify import GITHUB_ACTIONS_ISSUER, verify
 from xcforge.sign.options import DEFAULT_SM2_DIST_ID
 
-if TYPE_CHECKING:  # the schemes load when something is verified
+if TYPE_CHECKING:
     from signing.audit import AuditLog
     from signing.cosign_keys import CosignPublicKey
     from signing.sm2_keys import Sm2PublicKey
     from signing.store import SignatureStore
     from signing.verify import VerificationReport
-
-GITHUB_ACTIONS_ISSUER = "https://token.actions.githubusercontent.com"
 
 
 @dataclass(frozen=True)
@@ -48,8 +47,6 @@ def check_signatures(
     """Verify, print the report, audit it; VerificationFailed when it fails. `audit` opens the log
     when there is something to record, so a verification that could not even run (registry
     unreachable, bad archive) is audited too."""
-    from signing.verify import verify
-
     try:
         report = verify(
             store,
@@ -88,4 +85,4 @@ def failure(report: VerificationReport) -> str:
     return "; ".join(reasons) or "see above"
 
 
-__all__ = ["GITHUB_ACTIONS_ISSUER", "Trust", "check_signatures", "failure"]
+__all__ = ["Trust", "check_signatures", "failure"]
