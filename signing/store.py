@@ -360,21 +360,31 @@ class RegistryStore:
         manifest = read_manifest(self.client, self.ref.repository, tag)
         if manifest is None:
             return None
+        return [
+            StoredSignature(scheme, blob, _annotations_of(layer), location, problem)
+            for location, layer, blob, problem in self._layers(tag, manifest, _MAX_PAYLOAD, SIMPLE_SIGNING_MEDIA_TYPE)
+        ]
+
+    def _layers(
+        self, tag: str, manifest: SignatureManifest, max_size: int, media_type: str | None = None
+    ) -> list[tuple[str, dict[str, Any], bytes | None, str | None]]:
+        """(location, layer, blob, problem) of each layer under `tag`: its blob fetched, or why not."""
         found = []
         for index, layer in enumerate(manifest.layers):
-            payload, problem = None, None
-            layer_digest = layer.get("digest") if isinstance(layer, dict) else None
+            layer = layer if isinstance(layer, dict) else {}
+            blob, problem = None, None
+            layer_digest = layer.get("digest")
             if not isinstance(layer_digest, str) or not is_digest(layer_digest):
                 problem = "layer has no valid digest"
-            elif layer.get("mediaType") != SIMPLE_SIGNING_MEDIA_TYPE:
+            elif media_type is not None and layer.get("mediaType") != media_type:
                 problem = f"layer media type {layer.get('mediaType')!r} is not a simple-signing payload"
             else:
                 try:
-                    payload = self.client.get_blob(self.ref.repository, layer_digest, max_size=_MAX_PAYLOAD)
+                    blob = self.client.get_blob(self.ref.repository, layer_digest, max_size=max_size)
                 except RegistryError as exc:
-                    problem = f"payload blob unreadable: {exc.message}"
-            location = f"{self._location(tag)}#{index}"
-            found.append(StoredSignature(scheme, payload, _annotations_of(layer), location, problem))
+                    what = "payload blob unreadable" if media_type == SIMPLE_SIGNING_MEDIA_TYPE else "unreadable"
+                    problem = f"{what}: {exc.message}"
+            found.append((f"{self._location(tag)}#{index}", layer, blob, problem))
         return found
 
     def write_signatures(
@@ -444,22 +454,12 @@ class RegistryStore:
 
     def _attestations(self, tag: str, manifest: SignatureManifest, scheme: str) -> list[StoredAttestation]:
         """Each layer of an attestation manifest with its envelope fetched (or why it could not be)."""
-        found = []
-        for index, layer in enumerate(manifest.layers):
-            location = f"{self._location(tag)}#{index}"
-            annotations = (layer.get("annotations") if isinstance(layer, dict) else None) or {}
-            predicate_type = str(annotations.get(PREDICATE_ANNOTATION, ""))
-            layer_digest = layer.get("digest") if isinstance(layer, dict) else None
-            if not isinstance(layer_digest, str) or not is_digest(layer_digest):
-                found.append(StoredAttestation(scheme, predicate_type, None, location, "layer has no valid digest"))
-                continue
-            try:
-                data = self.client.get_blob(self.ref.repository, layer_digest, max_size=_MAX_ENVELOPE)
-            except RegistryError as exc:
-                found.append(StoredAttestation(scheme, predicate_type, None, location, f"unreadable: {exc.message}"))
-                continue
-            found.append(StoredAttestation(scheme, predicate_type, data, location))
-        return found
+        return [
+            StoredAttestation(
+                scheme, str((layer.get("annotations") or {}).get(PREDICATE_ANNOTATION, "")), blob, where, why
+            )
+            for where, layer, blob, why in self._layers(tag, manifest, _MAX_ENVELOPE)
+        ]
 
     def write_attestations(
         self, digest: str, statements: Sequence[tuple[str, bytes]], signers: Sequence[Signer]
@@ -523,10 +523,22 @@ class OciArchiveStore:
     def absent(self, digest: str, scheme: str) -> tuple[str, str]:
         return "no signature file", str(Path(self.archive)) + ".signatures/"
 
-    def read_signatures(self, digest: str, scheme: str) -> list[StoredSignature] | None:
-        path = detached_path(self.archive, digest, scheme)
-        doc = read_detached_doc(path, digest, scheme)
+    def _document(self, kind: str, digest: str, scheme: str, *, new: bool = False) -> tuple[Path, dict[str, Any]]:
+        """The file of `kind` ("signatures" | "attestations") for `digest`/`scheme` and what it holds
+        ({} when there is no file; with `new`, an empty document of that kind)."""
+        signatures = kind == "signatures"
+        media_type, what = (
+            (DETACHED_MEDIA_TYPE, "signature") if signatures else (ATTESTATIONS_MEDIA_TYPE, "attestation")
+        )
+        path = (detached_path if signatures else detached_attestation_path)(self.archive, digest, scheme)
+        doc = read_detached_doc(path, digest, scheme, media_type=media_type, what=what)
         if doc is None:
+            doc = {"mediaType": media_type, "subject": digest, "scheme": scheme, kind: []} if new else {}
+        return path, doc
+
+    def read_signatures(self, digest: str, scheme: str) -> list[StoredSignature] | None:
+        path, doc = self._document("signatures", digest, scheme)
+        if not doc:
             return None
         found = []
         for index, entry in enumerate(doc.get("signatures") or []):
@@ -542,13 +554,7 @@ class OciArchiveStore:
     def write_signatures(self, digest: str, payload: bytes, signers: Sequence[Signer]) -> list[AttachResult]:
         results: list[AttachResult] = []
         for scheme in _schemes(signers):
-            path = detached_path(self.archive, digest, scheme)
-            doc = read_detached_doc(path, digest, scheme) or {
-                "mediaType": DETACHED_MEDIA_TYPE,
-                "subject": digest,
-                "scheme": scheme,
-                "signatures": [],
-            }
+            path, doc = self._document("signatures", digest, scheme, new=True)
             entries = doc["signatures"]
             encoded = base64.b64encode(payload).decode("ascii")
             changed = False
@@ -564,13 +570,9 @@ class OciArchiveStore:
                 write_detached_doc(path, doc)
         return results
 
-    def _attestation_doc(self, path: Path, digest: str, scheme: str) -> dict[str, Any] | None:
-        return read_detached_doc(path, digest, scheme, media_type=ATTESTATIONS_MEDIA_TYPE, what="attestation")
-
     def read_attestations(self, digest: str, scheme: str) -> list[StoredAttestation] | None:
-        path = detached_attestation_path(self.archive, digest, scheme)
-        doc = self._attestation_doc(path, digest, scheme)
-        if doc is None:
+        path, doc = self._document("attestations", digest, scheme)
+        if not doc:
             return None
         found = []
         for index, entry in enumerate(doc.get("attestations") or []):
@@ -587,13 +589,7 @@ class OciArchiveStore:
     ) -> list[AttestResult]:
         results: list[AttestResult] = []
         for scheme in _schemes(signers):
-            path = detached_attestation_path(self.archive, digest, scheme)
-            doc = self._attestation_doc(path, digest, scheme) or {
-                "mediaType": ATTESTATIONS_MEDIA_TYPE,
-                "subject": digest,
-                "scheme": scheme,
-                "attestations": [],
-            }
+            path, doc = self._document("attestations", digest, scheme, new=True)
             entries = doc["attestations"]
             existing = [canonical_json(e["envelope"]) for e in entries if isinstance(e, dict) and "envelope" in e]
 
