@@ -177,9 +177,11 @@ def _recorded(args: argparse.Namespace, command: str) -> tuple[list[BuildResult]
     results = load_results(args.report)
     matches = [r for r in results if r.target == args.target]
     if not matches or not matches[-1].digest:
+        where = args.report / "report.json"
         raise ConfigError(
-            f"{command} --target: no built digest for target {args.target!r} in {args.report / 'report.json'}; "
-            "build it first"
+            f"{command} --target {args.target}: no built digest in {where}; build it first"
+            if command == "sign"
+            else f"no built digest for target {args.target!r} in {where}; build it first"
         )
     return results, matches[-1]
 
