@@ -6,8 +6,11 @@ This package knows nothing about builds: it signs a digest and verifies a digest
 - cosign_keys, secretbox   ECDSA P-256 keys, including cosign's own encrypted key format
 - payload                  cosign's simple-signing payload, used by both schemes
 - cosign_format, sm2_format  how a signature sits in a registry (`.sig` / `.sm2` tags)
-- store                    reading/appending signature tags; signature files beside OCI archives
-- sign, verify, promote    the operations; audit: hash-chained audit log; keyless: Sigstore in CI
+- store                    SignatureStore: where signatures and attestations live, a registry's tags
+                           (RegistryStore) or the files beside an OCI archive (OciArchiveStore)
+- dsse                     DSSE envelopes of in-toto statements (attestations)
+- sign, verify, promote    the operations, each written once against a SignatureStore; attest:
+                           checking attestations; audit: hash-chained audit log; keyless: Sigstore in CI
 - errors                   what it raises, without exit codes (xcforge/errors.py gives them)
 """
 
@@ -34,6 +37,10 @@ _EXPORTS = {
     "load_cosign_public_key": "signing.cosign_keys",
     "load_sm2_private_key": "signing.sm2_keys",
     "load_sm2_public_key": "signing.sm2_keys",
+    "OciArchiveStore": "signing.store",
+    "RegistryStore": "signing.store",
+    "SignatureStore": "signing.store",
+    "open_store": "signing.store",
     "sign_archive": "signing.sign",
     "sign_digest": "signing.sign",
     "verify_archive": "signing.verify",
@@ -57,6 +64,10 @@ if TYPE_CHECKING:  # the same names for the type checker (tests/signing/test_sig
     from signing.sm2_keys import Sm2PublicKey as Sm2PublicKey
     from signing.sm2_keys import load_sm2_private_key as load_sm2_private_key
     from signing.sm2_keys import load_sm2_public_key as load_sm2_public_key
+    from signing.store import OciArchiveStore as OciArchiveStore
+    from signing.store import RegistryStore as RegistryStore
+    from signing.store import SignatureStore as SignatureStore
+    from signing.store import open_store as open_store
     from signing.verify import SignatureCheck as SignatureCheck
     from signing.verify import VerificationReport as VerificationReport
     from signing.verify import verify_archive as verify_archive

@@ -30,9 +30,9 @@ from ocicore.registry import (
 from signing.audit import AuditLog
 from signing.cosign_keys import CosignPrivateKey
 from signing.errors import InvalidSigningRequest
-from signing.sign import SignatureRecord, sign_digest
+from signing.sign import SignatureRecord, sign
 from signing.sm2_keys import Sm2PrivateKey
-from signing.store import signature_config_blob
+from signing.store import RegistryStore, signature_config_blob
 
 _SIGNATURE_SUFFIXES = (".sig", ".sm2")
 _RELATED_SUFFIXES = (*_SIGNATURE_SUFFIXES, ".att", ".sm2att", ".sbom")
@@ -187,12 +187,6 @@ def promote(
             "promote", digest=src.digest, subject=f"{src.name} -> {dst.name}", details={"tags": str(len(result.tags))}
         )
     if sm2_key is not None or cosign_key is not None:
-        result.signatures = sign_digest(
-            dst.with_tag(None).with_digest(None),
-            src.digest,
-            sm2_key=sm2_key,
-            cosign_key=cosign_key,
-            audit=audit,
-            client=target_client,
-        )
+        destination = RegistryStore(dst.with_tag(None).with_digest(None), target_client)
+        result.signatures = sign(destination, src.digest, sm2_key=sm2_key, cosign_key=cosign_key, audit=audit)
     return result

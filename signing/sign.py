@@ -1,11 +1,12 @@
-"""Sign a pushed image digest (or an OCI archive) with SM2 and/or cosign keys, and audit it."""
+"""Sign an image digest with SM2 and/or cosign keys, and attest its SBOM and provenance, into a
+SignatureStore (the registry, or the files beside an OCI archive); every operation audited."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from ocicore.errors import OciError
 from ocicore.registry import Reference, RegistryClient, is_digest
@@ -16,10 +17,7 @@ from signing.errors import InvalidSigningRequest, SignatureToolError, SigningErr
 from signing.payload import simple_signing_payload
 from signing.signers import CosignSigner, Signer, Sm2Signer
 from signing.sm2_keys import Sm2PrivateKey
-from signing.store import AttachResult, attach_signatures, write_detached_signatures
-
-if TYPE_CHECKING:  # signing.attest is imported where attestations are made
-    from signing.attest import AttestResult
+from signing.store import AttachResult, OciArchiveStore, RegistryStore, SignatureStore
 
 
 @dataclass(frozen=True)
@@ -105,66 +103,64 @@ def _audited(
     return records
 
 
+def _require_digest(digest: str, operation: str) -> None:
+    if not is_digest(digest):
+        raise InvalidSigningRequest(f"{operation} needs a manifest digest (sha256:<64 hex>), got {digest!r}")
+
+
+def sign(
+    store: SignatureStore,
+    digest: str,
+    *,
+    sm2_key: Sm2PrivateKey | None = None,
+    cosign_key: CosignPrivateKey | None = None,
+    sm2_dist_id: bytes = sm2.DEFAULT_DIST_ID,
+    annotations: Mapping[str, str] | None = None,
+    audit: AuditLog | None = None,
+) -> list[SignatureRecord]:
+    """Sign `digest` for the store's repository name; the signatures go into the store.
+
+    Returns one record per key; signing again with the same key is a no-op (`added=False`).
+    """
+    _require_digest(digest, "sign")
+    signers = make_signers(sm2_key=sm2_key, cosign_key=cosign_key, sm2_dist_id=sm2_dist_id)
+
+    def work() -> list[SignatureRecord]:
+        if not store.has_subject(digest):
+            raise SigningError(f"{store.name}@{digest} is not in the registry: push the image before signing it")
+        payload = simple_signing_payload(store.name, digest, annotations)
+        return _records(store.write_signatures(digest, payload, signers), store.name, digest)
+
+    return _audited(audit, signers, digest, store.describe(digest), work)
+
+
 def sign_digest(
     repo: str | Reference,
     digest: str,
     *,
-    sm2_key: Sm2PrivateKey | None = None,
-    cosign_key: CosignPrivateKey | None = None,
-    sm2_dist_id: bytes = sm2.DEFAULT_DIST_ID,
-    annotations: Mapping[str, str] | None = None,
-    audit: AuditLog | None = None,
     client: RegistryClient | None = None,
     insecure: bool = False,
+    **keys: Any,
 ) -> list[SignatureRecord]:
     """Sign `repo@digest` after a push; signatures go next to the image in its registry.
 
     `repo` is `host[:port]/path` (a tag on it is ignored: the digest is what is signed). The
-    payload names that repository as identity. Returns one record per key; signing again with the
-    same key is a no-op (`added=False`).
+    payload names that repository as identity. `keys`: sign()'s keyword arguments.
     """
     ref = repo if isinstance(repo, Reference) else Reference.parse(repo)
-    if not is_digest(digest):
-        raise InvalidSigningRequest(f"sign needs a manifest digest (sha256:<64 hex>), got {digest!r}")
+    _require_digest(digest, "sign")
     if ref.digest and ref.digest != digest:
         raise InvalidSigningRequest(f"{ref} and digest {digest} disagree")
-    signers = make_signers(sm2_key=sm2_key, cosign_key=cosign_key, sm2_dist_id=sm2_dist_id)
-    client = client or RegistryClient(ref.registry, insecure=insecure)
-
-    def work() -> list[SignatureRecord]:
-        if client.head_manifest(ref.repository, digest) is None:
-            raise SigningError(f"{ref.name}@{digest} is not in the registry: push the image before signing it")
-        payload = simple_signing_payload(ref.name, digest, annotations)
-        return _records(attach_signatures(client, ref.repository, digest, payload, signers), ref.name, digest)
-
-    return _audited(audit, signers, digest, f"{ref.name}@{digest}", work)
+    return sign(RegistryStore(ref, client, insecure=insecure), digest, **keys)
 
 
-def sign_archive(
-    archive: os.PathLike[str] | str,
-    repository: str,
-    digest: str,
-    *,
-    sm2_key: Sm2PrivateKey | None = None,
-    cosign_key: CosignPrivateKey | None = None,
-    sm2_dist_id: bytes = sm2.DEFAULT_DIST_ID,
-    annotations: Mapping[str, str] | None = None,
-    audit: AuditLog | None = None,
-) -> list[SignatureRecord]:
+def sign_archive(archive: os.PathLike[str] | str, repository: str, digest: str, **keys: Any) -> list[SignatureRecord]:
     """Sign an image written as an OCI-layout archive: files in `<archive>.signatures/`.
 
     `repository` is the name the image will be published under (the payload's identity).
     """
-    if not is_digest(digest):
-        raise InvalidSigningRequest(f"sign needs a manifest digest (sha256:<64 hex>), got {digest!r}")
-    name = Reference.parse(repository).name
-    signers = make_signers(sm2_key=sm2_key, cosign_key=cosign_key, sm2_dist_id=sm2_dist_id)
-
-    def work() -> list[SignatureRecord]:
-        payload = simple_signing_payload(name, digest, annotations)
-        return _records(write_detached_signatures(archive, digest, payload, signers), name, digest)
-
-    return _audited(audit, signers, digest, f"{archive} ({name}@{digest})", work)
+    _require_digest(digest, "sign")
+    return sign(OciArchiveStore(archive, Reference.parse(repository).name), digest, **keys)
 
 
 @dataclass(frozen=True)
@@ -190,6 +186,7 @@ def attest(
     statements: Sequence[tuple[str, bytes]],
     digest: str,
     *,
+    store: SignatureStore | None = None,
     repo: str | Reference | None = None,
     archive: os.PathLike[str] | str | None = None,
     sm2_key: Sm2PrivateKey | None = None,
@@ -201,28 +198,23 @@ def attest(
 ) -> list[AttestationRecord]:
     """Sign in-toto statements about `digest` (SBOM, provenance) as DSSE attestations.
 
-    In the registry next to `repo` (`.att` for cosign, `.sm2att` for SM2), or, with `archive`, in
-    the files beside it. Every attestation made or refused is an audit entry.
+    Into `store`; without one, the files beside `archive` when given, else the registry next to
+    `repo` (`.att` for cosign, `.sm2att` for SM2). Every attestation made or refused is an audit entry.
     """
-    from signing.attest import attach_attestations, write_detached_attestations
-
-    if not is_digest(digest):
-        raise InvalidSigningRequest(f"attest needs a manifest digest (sha256:<64 hex>), got {digest!r}")
+    _require_digest(digest, "attest")
     signers = make_signers(sm2_key=sm2_key, cosign_key=cosign_key, sm2_dist_id=sm2_dist_id)
-    if archive is not None:
-        subject = f"{archive}@{digest}"
-
-        def store() -> list[AttestResult]:
-            return write_detached_attestations(archive, digest, statements, signers)
-    else:
-        ref = repo if isinstance(repo, Reference) else Reference.parse(str(repo))
-        registry = client or RegistryClient(ref.registry, insecure=insecure)
-        subject = f"{ref.name}@{digest}"
-
-        def store() -> list[AttestResult]:
-            return attach_attestations(registry, ref.repository, digest, statements, signers)
+    if store is None:
+        store = (
+            OciArchiveStore(archive)
+            if archive is not None
+            else RegistryStore.open(repo or "", client, insecure=insecure)
+        )
+    into = store
 
     def work() -> list[AttestationRecord]:
-        return [AttestationRecord(r.scheme, r.key_id, r.predicate_type, digest, r.location, r.added) for r in store()]
+        return [
+            AttestationRecord(r.scheme, r.key_id, r.predicate_type, digest, r.location, r.added)
+            for r in into.write_attestations(digest, statements, signers)
+        ]
 
-    return _audited(audit, signers, digest, subject, work, action="attest")
+    return _audited(audit, signers, digest, f"{store.where}@{digest}", work, action="attest")

@@ -21,13 +21,11 @@ as with cosign; a scheme with no valid signature does.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import os
-import tarfile
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
+from typing import Any
 
 from ocicore.registry import Reference, RegistryClient, RegistryError
 from signing import cosign_format, sm2, sm2_format
@@ -35,24 +33,17 @@ from signing.attest import (
     PROVENANCE_PREDICATES,
     SBOM_PREDICATE,
     AttestationCheck,
-    StoredAttestation,
     check_attestation,
     predicate_of,
-    read_attestations,
-    read_detached_attestations,
-    read_sbom,
 )
 from signing.cosign_keys import CosignPublicKey
 from signing.errors import InvalidSigningRequest, VerificationFailed
 from signing.payload import PayloadError, parse_payload
 from signing.sm2_keys import Sm2PublicKey
-from signing.store import (
-    FORMATS,
-    StoredSignature,
-    read_detached_signatures,
-    read_signatures,
-    signature_tag,
-)
+from signing.store import FORMATS, OciArchiveStore, RegistryStore, SignatureStore, StoredSignature, identity_name
+
+# `X as X`: re-exported for callers (sbom_cmds reads each platform's SBOM).
+from signing.store import registry_platform_digests as registry_platform_digests
 
 GITHUB_ACTIONS_ISSUER = "https://token.actions.githubusercontent.com"
 
@@ -118,14 +109,6 @@ class _Policy:
     sm2_dist_id: bytes
 
 
-def _identity_name(reference: str) -> str:
-    """The repository a docker-reference names (tags/digests some signers include are dropped)."""
-    try:
-        return Reference.parse(reference).name
-    except Exception:
-        return reference
-
-
 def _check(stored: StoredSignature, policy: _Policy) -> SignatureCheck:
     fmt = FORMATS[stored.scheme]
     claimed = fmt.key_id_from(stored.annotations)
@@ -172,7 +155,7 @@ def _check(stored: StoredSignature, policy: _Policy) -> SignatureCheck:
         return invalid(f"signed payload is unusable: {exc}", verified_by)
     if claims.manifest_digest != policy.digest:
         return invalid(f"payload is for another image: {claims.manifest_digest}", verified_by)
-    if policy.check_identity and _identity_name(claims.docker_reference) not in policy.identities:
+    if policy.check_identity and identity_name(claims.docker_reference) not in policy.identities:
         return invalid(
             f"payload names repository {claims.docker_reference}, not {sorted(policy.identities)[0]} "
             "(copied or retagged without re-signing; re-sign, or allow that identity explicitly)",
@@ -190,7 +173,7 @@ def _policy(
     check_identity: bool,
     sm2_dist_id: bytes,
 ) -> _Policy:
-    identities = frozenset({repository_name, *(_identity_name(i) for i in allowed_identities)})
+    identities = frozenset({repository_name, *(identity_name(i) for i in allowed_identities)})
     return _Policy(digest, identities, check_identity, tuple(sm2_public_keys), tuple(cosign_public_keys), sm2_dist_id)
 
 
@@ -221,11 +204,12 @@ def _required(
     return required
 
 
-def _keyless_checks(
-    client: RegistryClient, ref: Reference, digest: str, identity: str, issuer: str
-) -> list[SignatureCheck]:
+def _keyless_checks(store: SignatureStore, digest: str, identity: str, issuer: str) -> list[SignatureCheck]:
     from signing.keyless import read_bundles, referrers_tag, verify_keyless
 
+    if not isinstance(store, RegistryStore):
+        raise InvalidSigningRequest("Sigstore bundles live in a registry: --keyless-identity needs IMAGE@DIGEST there")
+    client, ref = store.client, store.ref
     where = f"{ref.name}:{referrers_tag(digest)}"
     bundles = read_bundles(client, ref, digest)
     if not bundles:
@@ -244,8 +228,9 @@ def _keyless_checks(
     return checks
 
 
-def verify_image(
-    ref_with_digest: str | Reference,
+def verify(
+    store: SignatureStore,
+    digest: str,
     sm2_public_keys: Sequence[Sm2PublicKey] = (),
     cosign_public_keys: Sequence[CosignPublicKey] = (),
     require: Iterable[str] | None = None,
@@ -255,64 +240,69 @@ def verify_image(
     sm2_dist_id: bytes = sm2.DEFAULT_DIST_ID,
     keyless_identity: str | None = None,
     keyless_issuer: str = GITHUB_ACTIONS_ISSUER,
-    client: RegistryClient | None = None,
-    insecure: bool = False,
     attestations: bool | str = True,
 ) -> VerificationReport:
-    """Verify the signatures stored next to `registry/repo@sha256:...` in its registry.
-
-    A tag instead of a digest is resolved first (the report names the digest; run that digest,
-    not the tag, or the image may change between check and use). With `keyless_identity` (the
-    certificate identity, e.g. a workflow URL) Sigstore bundles are verified too, offline, against
-    the trusted root shipped with sigstore-python.
-    """
-    ref = ref_with_digest if isinstance(ref_with_digest, Reference) else Reference.parse(ref_with_digest)
+    """Verify the signatures of `digest` in `store` (and, unless `attestations` is False, each
+    platform's signed SBOM and provenance). With `keyless_identity` (the certificate identity, e.g.
+    a workflow URL) Sigstore bundles in the registry are verified too, offline, against the trusted
+    root shipped with sigstore-python."""
     required = _required(require, sm2_public_keys, cosign_public_keys, keyless=bool(keyless_identity))
-    client = client or RegistryClient(ref.registry, insecure=insecure)
     problems: list[str] = []
-    digest = ref.digest
-    if digest is None:
-        digest = client.resolve(ref.repository, ref.tag or "latest")
-    elif client.head_manifest(ref.repository, digest) is None:
-        problems.append(f"image {ref.name}@{digest} not found in the registry")
+    if not store.has_subject(digest):
+        problems.append(f"image {store.name}@{digest} not found in the registry")
     policy = _policy(
-        digest, ref.name, sm2_public_keys, cosign_public_keys, allowed_identities, check_identity, sm2_dist_id
+        digest, store.name, sm2_public_keys, cosign_public_keys, allowed_identities, check_identity, sm2_dist_id
     )
     checks: list[SignatureCheck] = []
     for scheme in _schemes_to_read(required, sm2_public_keys, cosign_public_keys):
         try:
-            stored = read_signatures(client, ref.repository, digest, scheme)
+            stored = store.read_signatures(digest, scheme)
         except RegistryError as exc:
             problems.append(f"cannot read {scheme} signatures: {exc.message}")
             continue
         if stored is None:
-            where = f"{ref.name}:{signature_tag(digest, scheme)}"
-            checks.append(SignatureCheck(scheme, None, False, "no signatures (tag not found)", where, found=False))
+            reason, where = store.absent(digest, scheme)
+            checks.append(SignatureCheck(scheme, None, False, reason, where, found=False))
             continue
         checks.extend(_check(s, policy) for s in stored)
     if keyless_identity:
         try:
-            checks.extend(_keyless_checks(client, ref, digest, keyless_identity, keyless_issuer))
+            checks.extend(_keyless_checks(store, digest, keyless_identity, keyless_issuer))
         except RegistryError as exc:
             problems.append(f"cannot read Sigstore bundles: {exc.message}")
     attested: list[AttestationCheck] = []
     notes: list[str] = []
     if attestations and not problems:
         try:
-            platforms = registry_platform_digests(client, ref.repository, digest)
-            sources: dict[str, _ReadAttestations] = {
-                scheme: functools.partial(read_attestations, client, ref.repository, scheme=scheme)
-                for scheme in _attestation_schemes(required, sm2_public_keys, cosign_public_keys)
-            }
-            attested, more, notes = _attestation_checks(
-                platforms, sources, lambda d, _p: read_sbom(client, ref.repository, d), policy, attestations
-            )
+            schemes = _attestation_schemes(required, sm2_public_keys, cosign_public_keys)
+            attested, more, notes = _attestation_checks(store, digest, schemes, policy, attestations)
             problems += more
         except RegistryError as exc:
             problems.append(f"cannot read attestations: {exc.message}")
     return VerificationReport(
-        f"{ref.name}@{digest}", digest, tuple(checks), required, tuple(problems), tuple(attested), tuple(notes)
+        store.describe(digest), digest, tuple(checks), required, tuple(problems), tuple(attested), tuple(notes)
     )
+
+
+def verify_image(
+    ref_with_digest: str | Reference,
+    sm2_public_keys: Sequence[Sm2PublicKey] = (),
+    cosign_public_keys: Sequence[CosignPublicKey] = (),
+    require: Iterable[str] | None = None,
+    *,
+    client: RegistryClient | None = None,
+    insecure: bool = False,
+    **options: Any,
+) -> VerificationReport:
+    """verify() of `registry/repo@sha256:...` in its registry. A tag instead of a digest is resolved
+    first (the report names the digest; run that digest, not the tag, or the image may change
+    between check and use)."""
+    ref = ref_with_digest if isinstance(ref_with_digest, Reference) else Reference.parse(ref_with_digest)
+    # Refused before the registry is read: no trusted keys, or an unknown scheme required.
+    _required(require, sm2_public_keys, cosign_public_keys, keyless=bool(options.get("keyless_identity")))
+    store = RegistryStore(ref, client, insecure=insecure)
+    digest = ref.digest or store.resolve(ref.tag or "latest")
+    return verify(store, digest, sm2_public_keys, cosign_public_keys, require, **options)
 
 
 def verify_archive(
@@ -322,45 +312,11 @@ def verify_archive(
     sm2_public_keys: Sequence[Sm2PublicKey] = (),
     cosign_public_keys: Sequence[CosignPublicKey] = (),
     require: Iterable[str] | None = None,
-    *,
-    allowed_identities: Iterable[str] = (),
-    check_identity: bool = True,
-    sm2_dist_id: bytes = sm2.DEFAULT_DIST_ID,
-    attestations: bool | str = True,
+    **options: Any,
 ) -> VerificationReport:
-    """Same checks for the signature files beside an OCI-layout archive (store.detached_path)."""
-    required = _required(require, sm2_public_keys, cosign_public_keys)
-    name = _identity_name(repository)
-    policy = _policy(digest, name, sm2_public_keys, cosign_public_keys, allowed_identities, check_identity, sm2_dist_id)
-    checks: list[SignatureCheck] = []
-    for scheme in _schemes_to_read(required, sm2_public_keys, cosign_public_keys):
-        stored = read_detached_signatures(archive, digest, scheme)
-        if stored is None:
-            where = str(Path(archive)) + ".signatures/"
-            checks.append(SignatureCheck(scheme, None, False, "no signature file", where, found=False))
-            continue
-        checks.extend(_check(s, policy) for s in stored)
-    attested: list[AttestationCheck] = []
-    problems: list[str] = []
-    notes: list[str] = []
-    platforms: dict[str, str] = {}
-    if attestations:
-        try:
-            platforms = _archive_platform_digests(Path(archive), digest)
-        except InvalidSigningRequest as exc:
-            (problems if attestations == "require" else notes).append(f"attestations not checked: {exc.message}")
-        sources: dict[str, _ReadAttestations] = {
-            scheme: functools.partial(read_detached_attestations, archive, scheme=scheme)
-            for scheme in _attestation_schemes(required, sm2_public_keys, cosign_public_keys)
-        }
-        attested, more, more_notes = _attestation_checks(
-            platforms, sources, lambda _d, p: _archive_sbom(Path(archive), p), policy, attestations
-        )
-        problems += more
-        notes += more_notes
-    return VerificationReport(
-        f"{archive} ({name}@{digest})", digest, tuple(checks), required, tuple(problems), tuple(attested), tuple(notes)
-    )
+    """verify() of the signature files beside an OCI-layout archive (store.detached_path)."""
+    store = OciArchiveStore(archive, identity_name(repository))
+    return verify(store, digest, sm2_public_keys, cosign_public_keys, require, **options)
 
 
 # ------------------------------------------------------------------------------------------ attestations
@@ -372,55 +328,8 @@ def _attestation_schemes(
     return [s for s in _schemes_to_read(required, sm2_keys, cosign_keys) if s in FORMATS]
 
 
-def registry_platform_digests(client: RegistryClient, repository: str, digest: str) -> dict[str, str]:
-    """platform digest → platform, for an index (attestation manifests left out) or one manifest."""
-    top = client.get_manifest(repository, digest)
-    if not top.is_index:
-        return {digest: "single"}
-    from ocicore.media import is_attestation
-
-    out = {}
-    for child in top.json().get("manifests") or []:
-        platform = child.get("platform") or {}
-        if is_attestation(child) or not child.get("digest"):
-            continue
-        out[child["digest"]] = f"{platform.get('os', '?')}/{platform.get('architecture', '?')}"
-    return out
-
-
-def _archive_platform_digests(archive: Path, digest: str) -> dict[str, str]:
-    from ocicore.layout import OciArchive
-
-    try:
-        top, _ = OciArchive(archive).top_index()
-        platforms = OciArchive(archive).platforms()
-    except (OSError, ValueError, KeyError, tarfile.TarError) as exc:
-        reason = " ".join(str(exc).split())[:120]
-        raise InvalidSigningRequest(f"{archive}: not a readable OCI-layout archive ({reason})") from exc
-    if top != digest:
-        raise InvalidSigningRequest(f"{archive} holds {top}, not {digest}: verify the digest the archive was built as")
-    return {d: p for p, (d, _size) in platforms.items()}
-
-
-def _archive_sbom(archive: Path, platform: str) -> bytes | None:
-    from ocicore.layout import attestation_dir, sbom_file_name
-
-    try:
-        return (attestation_dir(archive) / sbom_file_name(platform)).read_bytes()
-    except OSError:
-        return None
-
-
-# platform digest → that scheme's attestations of it (None: none stored)
-_ReadAttestations = Callable[[str], list[StoredAttestation] | None]
-
-
 def _attestation_checks(
-    platforms: Mapping[str, str],
-    sources: Mapping[str, _ReadAttestations],
-    read_raw_sbom: Callable[[str, str], bytes | None],
-    policy: _Policy,
-    mode: bool | str,
+    store: SignatureStore, digest: str, schemes: Sequence[str], policy: _Policy, mode: bool | str
 ) -> tuple[list[AttestationCheck], list[str], list[str]]:
     """Every attestation of every platform; what is missing (problems); notes.
 
@@ -432,16 +341,21 @@ def _attestation_checks(
     checks: list[AttestationCheck] = []
     problems: list[str] = []
     notes: list[str] = []
+    try:
+        platforms = store.platform_digests(digest)
+    except InvalidSigningRequest as exc:
+        (problems if mode == "require" else notes).append(f"attestations not checked: {exc.message}")
+        platforms = {}
     for platform_digest, platform in sorted(platforms.items(), key=lambda kv: kv[1]):
-        raw = read_raw_sbom(platform_digest, platform)
-        stored_by_scheme = {scheme: read(platform_digest) for scheme, read in sources.items()}
+        raw = store.read_sbom(platform_digest, platform)
+        stored_by_scheme = {scheme: store.read_attestations(platform_digest, scheme) for scheme in schemes}
         if raw is None and all(v is None for v in stored_by_scheme.values()) and mode != "require":
             notes.append(
                 f"{platform} {platform_digest}: no SBOM and no attestations (not built by xcforge?); "
                 "--require-attestations makes this an error"
             )
             continue
-        for scheme in sources:
+        for scheme in schemes:
             stored = stored_by_scheme[scheme] or []
             found = [
                 check_attestation(s, platform_digest, policy.sm2_keys, policy.cosign_keys, policy.sm2_dist_id)

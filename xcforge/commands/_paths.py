@@ -6,6 +6,8 @@ import os
 import tempfile
 from pathlib import Path
 
+from xcforge.errors import ConfigError
+
 
 def blocking_file(path: Path) -> Path | None:
     """What stops `path` from being (or becoming) a directory: itself or its nearest existing
@@ -32,3 +34,11 @@ def unwritable_reason(path: Path) -> str | None:
     os.close(fd)
     os.unlink(probe)
     return None
+
+
+def check_directory(path: Path, what: str) -> None:
+    """`path` is, or can be created as, a directory: no ancestor of it is a file (ConfigError naming `what`)."""
+    blocker = blocking_file(path)
+    if blocker is not None:
+        where = "is a file" if blocker == path else f"is under {blocker}, which is a file"
+        raise ConfigError(f"{what} {path}: {where}; give a directory")

@@ -9,8 +9,8 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from xcforge.commands._audit import add_audit, open_audit
 from xcforge.commands._keys import add_private_keys, add_public_keys
-from xcforge.commands.sign_cmds import _add_audit, _audit
 from xcforge.errors import ConfigError, EnvironmentProblem
 from xcforge.sign import keys
 
@@ -42,7 +42,7 @@ def register(
     bundle.add_argument("--force", action="store_true", help="replace an existing bundle of the same name")
     bundle.add_argument("--json", type=Path, metavar="FILE", help="also write the result as JSON")
     bundle.add_argument("--insecure", action="store_true", help="plain http to a non-loopback registry")
-    _add_audit(bundle)
+    add_audit(bundle)
     bundle.set_defaults(func=run_bundle)
 
     imp = subparsers.add_parser("import", parents=parents, help="verify a bundle whole, then publish all of it")
@@ -57,7 +57,7 @@ def register(
     imp.add_argument("--check-only", action="store_true", help="verify the bundle, publish nothing")
     imp.add_argument("--json", type=Path, metavar="FILE", help="also write the result as JSON")
     imp.add_argument("--insecure", action="store_true", help="plain http to a non-loopback registry")
-    _add_audit(imp)
+    add_audit(imp)
     imp.set_defaults(func=run_import)
 
 
@@ -121,7 +121,7 @@ def run_bundle(args: argparse.Namespace) -> int:
         raise ConfigError(f"--since {args.since}: no such bundle; give the .tar or .chunks.json of the earlier bundle")
     sm2 = keys.load_sm2_signing_key(args.sm2_key)
     cosign = keys.load_cosign_signing_key(args.cosign_key)
-    audit = _audit(args)
+    audit = open_audit(args)
     written = write_bundle(
         _sources(args),
         args.out,
@@ -167,7 +167,7 @@ def run_import(args: argparse.Namespace) -> int:
         raise EnvironmentProblem("import --docker: no docker CLI on PATH; install Docker or import into a --registry")
     sm2_keys = keys.public_keys(args.sm2_key, keys.SM2_KEY_ENV, "sm2")
     cosign_keys = keys.public_keys(args.cosign_key, keys.COSIGN_KEY_ENV, "cosign")
-    audit = _audit(args)
+    audit = open_audit(args)
     checked = check_bundle(
         args.bundle, sm2_keys=sm2_keys, cosign_keys=cosign_keys, sm2_dist_id=args.sm2_distid.encode()
     )

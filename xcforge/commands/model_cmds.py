@@ -1,8 +1,9 @@
 """`model pack|inspect|unpack|sign|verify`: models as signed OCI artifacts (xcforge/model/, docs/models.md).
 
 Signing and verifying go through the images' own code: `xcforge.sign.stage.sign_subject` (SM2 +
-cosign, audit log) and `signing.verify.verify_archive` / `verify_image`, with the model manifest's
-digest as the subject. The artifact has no SBOM or provenance, so no attestations are made or asked.
+cosign, audit log) and `signing.verify.verify` over the artifact's SignatureStore (the files beside
+its archive, or its registry), with the model manifest's digest as the subject. The artifact has
+no SBOM or provenance, so no attestations are made or asked.
 """
 
 from __future__ import annotations
@@ -16,12 +17,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from xcforge.commands.sign_cmds import _add_audit, _audit
+from xcforge.commands._audit import add_audit, open_audit
+from xcforge.commands._keys import add_identities, add_private_keys, add_public_keys, trust_from_args
 from xcforge.errors import ConfigError
 from xcforge.sign import keys
 
 if TYPE_CHECKING:
     from ocicore.registry import Reference
+    from signing.store import SignatureStore
     from xcforge.model.artifact import BlobOpener, ModelArtifact
 
 _NAME = re.compile(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*$")
@@ -43,9 +46,9 @@ def register(
     pack.add_argument("--chunk-size", default="512M", help="largest chunk (one layer each), e.g. 512M, 1G")
     pack.add_argument("--registry", help="registry/path to push to (with --push), e.g. 127.0.0.1:5000/models")
     pack.add_argument("--push", action="store_true", help="push the artifact to --registry, by digest, tag last")
-    _signing_flags(pack)
+    add_private_keys(pack, "to sign the artifact with", distid=True)
     pack.add_argument("--json", type=Path, metavar="FILE", help="also write the result as JSON")
-    _add_audit(pack)
+    add_audit(pack)
     pack.set_defaults(func=run_pack)
 
     inspect = sub.add_parser("inspect", parents=parents, help="what a model artifact holds (archive or REF)")
@@ -57,23 +60,23 @@ def register(
     unpack = sub.add_parser("unpack", parents=parents, help="write a model artifact's files, every chunk verified")
     unpack.add_argument("source", metavar="ARCHIVE|REF@DIGEST")
     unpack.add_argument("dest", type=Path, metavar="DIR", help="a new (or empty) directory")
-    _trust_flags(unpack)
+    _trust_flags(unpack, "verify the signatures first with a trusted")
     unpack.add_argument("--insecure", action="store_true", help="plain http to a non-loopback registry")
-    _add_audit(unpack)
+    add_audit(unpack)
     unpack.set_defaults(func=run_unpack)
 
     sign = sub.add_parser("sign", parents=parents, help="sign a model artifact (archive, or REF@DIGEST)")
     sign.add_argument("source", metavar="ARCHIVE|REF@DIGEST")
-    _signing_flags(sign)
+    add_private_keys(sign, "to sign with", distid=True)
     sign.add_argument("--insecure", action="store_true", help="plain http to a non-loopback registry")
-    _add_audit(sign)
+    add_audit(sign)
     sign.set_defaults(func=run_sign)
 
     verify = sub.add_parser("verify", parents=parents, help="verify a model artifact's signatures")
     verify.add_argument("source", metavar="ARCHIVE|REF@DIGEST")
-    _trust_flags(verify)
+    _trust_flags(verify, "a trusted")
     verify.add_argument("--insecure", action="store_true", help="plain http to a non-loopback registry")
-    _add_audit(verify)
+    add_audit(verify)
     verify.set_defaults(func=run_verify)
     model.set_defaults(func=lambda args: _missing_action())
 
@@ -82,20 +85,9 @@ def _missing_action() -> int:
     raise ConfigError("model: choose an action (pack, inspect, unpack, sign, verify)")
 
 
-def _signing_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--sm2-key", type=Path, help=f"SM2 private key (or PEM in ${keys.SM2_KEY_ENV})")
-    parser.add_argument("--cosign-key", type=Path, help=f"cosign private key (or PEM in ${keys.COSIGN_KEY_ENV})")
-    parser.add_argument("--sm2-distid", default="1234567812345678", help="SM2 distinguishing ID (GB/T 32918 default)")
-
-
-def _trust_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--sm2-key", type=Path, action="append", default=[], help="trusted SM2 public key")
-    parser.add_argument("--cosign-key", type=Path, action="append", default=[], help="trusted cosign public key")
-    parser.add_argument("--sm2-distid", default="1234567812345678", help="SM2 distinguishing ID to verify with")
-    parser.add_argument(
-        "--allow-identity", action="append", default=[], metavar="REPO", help="also accept payloads naming REPO"
-    )
-    parser.add_argument("--any-identity", action="store_true", help="ignore docker-reference, like cosign")
+def _trust_flags(parser: argparse.ArgumentParser, whose: str) -> None:
+    add_public_keys(parser, whose)
+    add_identities(parser)
 
 
 def _say(message: str) -> None:
@@ -127,6 +119,13 @@ def _archive_identity(artifact: ModelArtifact) -> str:
     from ocicore.registry import Reference
 
     return Reference.parse(str(artifact.config.get("name") or "model")).name
+
+
+def _store(artifact: ModelArtifact, archive: Path | None, ref: Reference | None, insecure: bool) -> SignatureStore:
+    """Where the artifact's signatures are: beside its archive, or next to it in the registry."""
+    from signing.store import open_store
+
+    return open_store(ref or _archive_identity(artifact), archive, insecure=insecure)
 
 
 def _load(source: str, insecure: bool) -> tuple[ModelArtifact, Path | None, Reference | None]:
@@ -165,7 +164,7 @@ def run_pack(args: argparse.Namespace) -> int:
         raise ConfigError("model pack --push: give --registry R (e.g. 127.0.0.1:5000/models) to push to")
     chunk_size = parse_size(args.chunk_size)
     signing_keys = _signing_keys(args, required=False)
-    audit = _audit(args)
+    audit = open_audit(args)
     out = args.out or args.dist / "models" / f"{name.replace('/', '-')}-{tag}.model.oci.tar"
     if not args.source.exists():
         raise ConfigError(f"model pack {args.source}: no such directory; give the model directory (or a .gguf file)")
@@ -236,6 +235,7 @@ def _sign(
     insecure: bool,
 ) -> None:
     from signing.audit import AuditLog
+    from xcforge.sign.audit_log import checkpoint
     from xcforge.sign.stage import SigningKeys, SignSubject, sign_subject
 
     assert isinstance(signing_keys, SigningKeys)
@@ -244,51 +244,29 @@ def _sign(
     subject = SignSubject(repository=repository, digests=[artifact.digest], archive=archive, insecure=insecure)
     for record in sign_subject(subject, signing_keys, audit):
         print(record.line())
-    if audit is not None and signing_keys.sm2 is not None:
-        entry = audit.checkpoint(signing_keys.sm2)
-        print(f"audit checkpoint at entry {entry['seq']} (SM2 {signing_keys.sm2.public_key.short_id})")
+    checkpoint(audit, signing_keys)
 
 
 def run_sign(args: argparse.Namespace) -> int:
     signing_keys = _signing_keys(args, required=True)
     if not _is_archive(args.source):
         _reference(args.source, digest_required=True)
-    audit = _audit(args)
+    audit = open_audit(args)
     artifact, archive, ref = _load(args.source, args.insecure)
     _sign(artifact, archive, str(ref) if ref else None, signing_keys, audit, insecure=args.insecure)
     return 0
 
 
 def _verify(args: argparse.Namespace, artifact: ModelArtifact, archive: Path | None, ref: Reference | None) -> None:
-    """The images' verification (signing.verify) of the artifact's manifest digest; VerificationFailed
+    """The images' verification (xcforge.sign.check) of the artifact's manifest digest; VerificationFailed
     when a scheme given a key has no valid signature by one of its keys."""
-    from signing.errors import VerificationFailed
-    from signing.verify import verify_archive, verify_image
+    from xcforge.sign.check import check_signatures
 
-    sm2_keys = keys.public_keys(args.sm2_key, keys.SM2_KEY_ENV, "sm2")
-    cosign_keys = keys.public_keys(args.cosign_key, keys.COSIGN_KEY_ENV, "cosign")
-    if not sm2_keys and not cosign_keys:
+    trust = trust_from_args(args)
+    if not trust.sm2_keys and not trust.cosign_keys:
         raise ConfigError("model verify: give --sm2-key and/or --cosign-key (the sender's public keys)")
-    options = {
-        "allowed_identities": args.allow_identity,
-        "check_identity": not args.any_identity,
-        "sm2_dist_id": args.sm2_distid.encode("utf-8"),
-        "attestations": False,
-    }
-    if archive is not None:
-        name = _archive_identity(artifact)
-        report = verify_archive(archive, artifact.digest, name, sm2_keys, cosign_keys, None, **options)
-    else:
-        assert ref is not None
-        report = verify_image(ref, sm2_keys, cosign_keys, None, insecure=args.insecure, **options)
-    for line in report.lines():
-        print(line)
-    audit = _audit(args)
-    if audit is not None:
-        audit.record("verify", digest=report.digest, subject=report.reference, result="ok" if report.ok else "failed")
-    if not report.ok:
-        missing = ", ".join(report.missing) or "see above"
-        raise VerificationFailed(f"{report.reference}: required signatures missing or invalid ({missing})")
+    store = _store(artifact, archive, ref, args.insecure)
+    check_signatures(store, artifact.digest, trust, attestations=False, audit=lambda: open_audit(args))
 
 
 def run_verify(args: argparse.Namespace) -> int:
@@ -303,35 +281,11 @@ def _signature_docs(
     artifact: ModelArtifact, archive: Path | None, ref: Reference | None, insecure: bool
 ) -> dict[str, bytes]:
     """The detached-signature documents (signing.store's format) that go into `.xcforge-model/`."""
-    import base64
+    from signing.store import FORMATS
 
-    from ocicore.registry import RegistryClient
-    from signing.store import DETACHED_MEDIA_TYPE, FORMATS, detached_path, read_signatures
-
-    docs: dict[str, bytes] = {}
-    for scheme in FORMATS:
-        if archive is not None:
-            path = detached_path(archive, artifact.digest, scheme)
-            if path.is_file():
-                docs[scheme] = path.read_bytes()
-            continue
-        assert ref is not None
-        stored = read_signatures(
-            RegistryClient(ref.registry, insecure=insecure), ref.repository, artifact.digest, scheme
-        )
-        if stored:
-            doc = {
-                "mediaType": DETACHED_MEDIA_TYPE,
-                "subject": artifact.digest,
-                "scheme": scheme,
-                "signatures": [
-                    {"payload": base64.b64encode(s.payload).decode("ascii"), "annotations": dict(s.annotations)}
-                    for s in stored
-                    if s.payload is not None
-                ],
-            }
-            docs[scheme] = (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode()
-    return docs
+    store = _store(artifact, archive, ref, insecure)
+    docs = {scheme: store.signature_document(artifact.digest, scheme) for scheme in FORMATS}
+    return {scheme: doc for scheme, doc in docs.items() if doc is not None}
 
 
 @contextlib.contextmanager
@@ -380,7 +334,7 @@ def run_unpack(args: argparse.Namespace) -> int:
     print(
         f"unpacked {artifact.digest} into {args.dest} ({total / 2**20:.1f} MiB), record in {args.dest}/.xcforge-model/"
     )
-    audit = _audit(args)
+    audit = open_audit(args)
     if audit is not None:
         audit.record("model-unpack", digest=artifact.digest, subject=args.source, details={"dest": str(args.dest)})
     return 0

@@ -9,24 +9,21 @@ CI secrets arrive.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from signing.errors import VerificationFailed
-from xcforge.commands._keys import add_distid, add_private_keys, add_public_keys
-from xcforge.commands._paths import blocking_file, unwritable_reason
+from xcforge.commands._audit import AUDIT_ENV, add_audit, open_audit
+from xcforge.commands._keys import add_distid, add_identities, add_private_keys, add_public_keys, trust_from_args
+from xcforge.commands._paths import check_directory, unwritable_reason
 from xcforge.errors import ConfigError
 from xcforge.sign import keys
+from xcforge.sign.audit_log import checkpoint
 
 if TYPE_CHECKING:  # each command imports what it uses when it runs
     from ocicore.registry import Reference
-    from signing.audit import AuditHead, AuditLog
     from xcforge.bake.result import BuildResult
     from xcforge.sign.options import SigningKeys
-
-AUDIT_ENV = "XCFORGE_AUDIT_LOG"
 DEFAULT_KEY_DIR = Path(".xcforge/keys")  # ignored by git, so a key is never committed by accident
 
 
@@ -41,7 +38,7 @@ def register(
     keygen.add_argument("--out", type=Path, default=DEFAULT_KEY_DIR, help=f"directory (default {DEFAULT_KEY_DIR})")
     keygen.add_argument("--no-password", action="store_true", help="write unencrypted private keys (tests only)")
     keygen.add_argument("--force", action="store_true", help="overwrite existing key files")
-    _add_audit(keygen)
+    add_audit(keygen)
     keygen.set_defaults(func=run_keygen)
 
     sign = subparsers.add_parser(
@@ -59,7 +56,7 @@ def register(
     sign.add_argument("-a", "--annotation", action="append", default=[], metavar="KEY=VALUE", help="payload claim")
     sign.add_argument("--archive", type=Path, help="sign an OCI-layout archive: files in <archive>.signatures/")
     sign.add_argument("--insecure", action="store_true", help="plain http to a non-loopback registry")
-    _add_audit(sign)
+    add_audit(sign)
     sign.set_defaults(func=run_sign)
 
     verify = subparsers.add_parser("verify", parents=parents, help="verify IMAGE@DIGEST (or a built --target)")
@@ -70,10 +67,7 @@ def register(
     verify.add_argument(
         "--require", help="schemes that must be validly signed: sm2,cosign,keyless (default: all given)"
     )
-    verify.add_argument(
-        "--allow-identity", action="append", default=[], metavar="REPO", help="also accept payloads naming REPO"
-    )
-    verify.add_argument("--any-identity", action="store_true", help="ignore docker-reference, like cosign")
+    add_identities(verify)
     add_distid(verify, "to verify with")
     verify.add_argument("--keyless-identity", help="verify Sigstore bundles for this certificate identity")
     verify.add_argument(
@@ -92,7 +86,7 @@ def register(
         help="fail when a platform has no signed SBOM and provenance (default: only when it has some)",
     )
     verify.add_argument("--insecure", action="store_true", help="plain http to a non-loopback registry")
-    _add_audit(verify)
+    add_audit(verify)
     verify.set_defaults(func=run_verify)
 
     promote = subparsers.add_parser("promote", parents=parents, help="copy SRC@DIGEST and its signatures to DST")
@@ -100,7 +94,7 @@ def register(
     promote.add_argument("target", metavar="DST_REPO[:TAG]")
     add_private_keys(promote, "to re-sign for the destination name with")
     promote.add_argument("--insecure", action="store_true", help="plain http to non-loopback registries")
-    _add_audit(promote)
+    add_audit(promote)
     promote.set_defaults(func=run_promote)
 
     audit = subparsers.add_parser("audit", parents=parents, help="audit log tools")
@@ -108,9 +102,7 @@ def register(
     audit_verify = audit_sub.add_parser("verify", parents=parents, help="check the audit log's hash chain")
     audit_verify.add_argument("path", nargs="?", type=Path, help="default dist/audit.log.jsonl")
     audit_verify.add_argument("--expect-head", metavar="COUNT:HASH", help="head recorded elsewhere (CI report)")
-    audit_verify.add_argument(
-        "--sm2-key", type=Path, help="SM2 public key (or the private key, for its public half): check checkpoints"
-    )
+    add_public_keys(audit_verify, "the checkpoints'", distid=False, schemes=("sm2",), repeatable=False)
     audit_verify.set_defaults(func=run_audit_verify)
     for name, helptext in (
         ("checkpoint", "sign the chain head with the SM2 key (--sm2-key or $XCFORGE_SM2_KEY)"),
@@ -134,131 +126,37 @@ def _missing_action(parser: argparse.ArgumentParser) -> int:
     raise ConfigError(f"{parser.prog}: choose an action (verify, checkpoint, rotate, prune, export)")
 
 
-def _add_audit(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--audit-log",
-        type=Path,
-        default=Path(os.environ.get(AUDIT_ENV, "dist/audit.log.jsonl")),
-        help=f"append-only audit log (default dist/audit.log.jsonl or ${AUDIT_ENV})",
-    )
-    parser.add_argument("--no-audit", action="store_true", help="do not write the audit log")
-
-
-def _check_directory(path: Path, what: str) -> None:
-    """`path` is, or can be created as, a directory: no ancestor of it is a file."""
-    blocker = blocking_file(path)
-    if blocker is not None:
-        where = "is a file" if blocker == path else f"is under {blocker}, which is a file"
-        raise ConfigError(f"{what} {path}: {where}; give a directory")
-
-
-def _audit(args: argparse.Namespace) -> AuditLog | None:
-    """The audit log the command appends to, checked before the command does anything else."""
-    from signing.audit import AuditLog
-
-    if args.no_audit:
-        return None
-    path = args.audit_log
-    if path.is_dir():
-        raise ConfigError(f"--audit-log {path} (or ${AUDIT_ENV}): is a directory; give the log file's path")
-    _check_directory(path.parent, f"--audit-log {path} (or ${AUDIT_ENV}): its directory")
-    return AuditLog(path)
-
-
-# ------------------------------------------------------------------------------------------ secrets
-
-
-def _require_password(password: str | None, env: str, no_password: bool) -> None:
-    """Only --no-password writes a key without a password: an empty variable or answer is refused."""
-    if no_password:
-        return
-    if password is None:
-        raise ConfigError(f"set {env} or run in a terminal (or pass --no-password for tests)")
-    if password == "":
-        raise ConfigError(
-            f"{env} is empty: that would write an unencrypted private key; set a password, or pass "
-            "--no-password if an unencrypted key is what you want"
-        )
-
-
-def _write_private(path: Path, data: bytes, force: bool, written: list[Path]) -> None:
-    flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if force else os.O_EXCL)
-    try:
-        fd = os.open(path, flags, 0o600)
-    except FileExistsError as exc:
-        raise ConfigError(f"{path} exists; pass --force to replace it") from exc
-    written.append(path)
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(data)
-    os.chmod(path, 0o600)  # O_CREAT's mode is not applied to a file that already existed
-
-
-def _write_public(path: Path, data: bytes, force: bool, written: list[Path]) -> None:
-    if path.exists() and not force:
-        raise ConfigError(f"{path} exists; pass --force to replace it")
-    written.append(path)
-    path.write_bytes(data)
-
-
 # ------------------------------------------------------------------------------------------ commands
 
 
 def run_keygen(args: argparse.Namespace) -> int:
-    from signing.cosign_keys import CosignPrivateKey
-    from signing.sm2_keys import Sm2PrivateKey
+    from xcforge.sign.keygen import require_password, write_key_pairs
 
     if not (args.sm2 or args.cosign):
         raise ConfigError("keygen: choose --sm2 and/or --cosign")
     if args.out.exists() and not args.out.is_dir():
         raise ConfigError(f"keygen --out {args.out}: is a file; give the directory the key files go into")
-    _check_directory(args.out, "keygen --out")
+    check_directory(args.out, "keygen --out")
     reason = unwritable_reason(args.out)
     if reason is not None:
         raise ConfigError(f"keygen --out {args.out}: {reason}; give a directory you can write to (--out DIR)")
     # Every input is checked before the first file is written: no half-made key set.
-    audit = _audit(args)
+    audit = open_audit(args)
     wanted = [("sm2", keys.SM2_PASSWORD_ENV, "the new SM2 key")] if args.sm2 else []
     wanted += [("cosign", keys.COSIGN_PASSWORD_ENV, "the new cosign key")] if args.cosign else []
-    passwords = {}
+    passwords: dict[str, str | None] = {}
     for scheme, env, what in wanted:
         password = None if args.no_password else keys.ask_password(env, what, confirm=True)
-        _require_password(password, env, args.no_password)
+        require_password(password, env, args.no_password)
         passwords[scheme] = password
         for name in (f"{scheme}.key", f"{scheme}.pub"):
             if (args.out / name).exists() and not args.force:
                 raise ConfigError(f"{args.out / name} exists; pass --force to replace it")
-    try:
-        args.out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ConfigError(
-            f"keygen --out {args.out}: cannot create it ({exc.strerror or exc}); give a directory you can write to"
-        ) from None
-    made = []
-    written: list[Path] = []
-    try:
-        if args.sm2:
-            sm2_key = Sm2PrivateKey.generate()
-            _write_private(args.out / "sm2.key", sm2_key.to_pem(passwords["sm2"] or None), args.force, written)
-            _write_public(args.out / "sm2.pub", sm2_key.public_key.to_pem(), args.force, written)
-            made.append(("sm2", sm2_key.key_id, args.out / "sm2.key", args.out / "sm2.pub"))
-        if args.cosign:
-            cosign_key = CosignPrivateKey.generate()
-            cosign_pem = cosign_key.to_cosign_pem(passwords["cosign"] or "")
-            _write_private(args.out / "cosign.key", cosign_pem, args.force, written)
-            _write_public(args.out / "cosign.pub", cosign_key.public_key.to_pem(), args.force, written)
-            made.append(("cosign", cosign_key.key_id, args.out / "cosign.key", args.out / "cosign.pub"))
-    except OSError as exc:
-        for path in written:  # no half-made key set
-            with contextlib.suppress(OSError):
-                path.unlink()
-        raise ConfigError(
-            f"keygen --out {args.out}: cannot write {Path(exc.filename or '').name or 'the key files'} "
-            f"({exc.strerror or exc}); give a directory you can write to (--out DIR)"
-        ) from None
-    for scheme, key_id, private, public in made:
-        print(f"{scheme:<6} key {key_id[:16]}  private {private} (0600)  public {public}")
+    made = write_key_pairs(args.out, passwords, force=args.force)
+    for pair in made:
+        print(f"{pair.scheme:<6} key {pair.key_id[:16]}  private {pair.private} (0600)  public {pair.public}")
         if audit is not None:
-            audit.record("keygen", key_id=key_id, details={"scheme": scheme, "public_key": str(public)})
+            audit.record("keygen", key_id=pair.key_id, details={"scheme": pair.scheme, "public_key": str(pair.public)})
     return 0
 
 
@@ -279,8 +177,11 @@ def _recorded(args: argparse.Namespace, command: str) -> tuple[list[BuildResult]
     results = load_results(args.report)
     matches = [r for r in results if r.target == args.target]
     if not matches or not matches[-1].digest:
+        where = args.report / "report.json"
         raise ConfigError(
-            f"{command} --target {args.target}: no built digest in {args.report / 'report.json'}; build it first"
+            f"{command} --target {args.target}: no built digest in {where}; build it first"
+            if command == "sign"
+            else f"no built digest for target {args.target!r} in {where}; build it first"
         )
     return results, matches[-1]
 
@@ -301,7 +202,7 @@ def _sign_target(args: argparse.Namespace, signing_keys: SigningKeys) -> int:
         raise ConfigError(
             f"sign --target {args.target}: its last build failed ({record.error.splitlines()[0]}); rebuild it first"
         )
-    audit = _audit(args)
+    audit = open_audit(args)
     outcome = sign_recorded(record, signing_keys, audit)
     if outcome.error:
         error = XcforgeError(f"{args.target}: {outcome.error}")
@@ -314,9 +215,7 @@ def _sign_target(args: argparse.Namespace, signing_keys: SigningKeys) -> int:
         what = entry.get("attestation") or "image"
         print(f"{entry.get('scheme')} {what} {record.image_repo}@{entry.get('digest')}: {entry.get('result')}")
     print(f"{args.target}: {len(signed_digests(record))} digest(s) signed (index, platforms and variants)")
-    if audit is not None and signing_keys.sm2 is not None:
-        entry = audit.checkpoint(signing_keys.sm2)
-        print(f"audit checkpoint at entry {entry['seq']} (SM2 {signing_keys.sm2.public_key.short_id})")
+    checkpoint(audit, signing_keys)
     return 0
 
 
@@ -347,7 +246,7 @@ def run_sign(args: argparse.Namespace) -> int:
         )
     signing_keys = _signing_keys(args)
     annotations = _annotations(args.annotation)  # bad input is refused before any registry is read
-    audit = _audit(args)
+    audit = open_audit(args)
     repository = str(ref.with_digest(None).with_tag(None))
     subject = SignSubject(
         repository=ref.name if args.archive else repository,
@@ -359,9 +258,7 @@ def run_sign(args: argparse.Namespace) -> int:
     )
     for record in sign_subject(subject, signing_keys, audit):
         print(record.line())
-    if audit is not None and signing_keys.sm2 is not None:
-        entry = audit.checkpoint(signing_keys.sm2)  # the chain head, signed: rewriting the log needs this key
-        print(f"audit checkpoint at entry {entry['seq']} (SM2 {signing_keys.sm2.public_key.short_id})")
+    checkpoint(audit, signing_keys)
     return 0
 
 
@@ -386,23 +283,10 @@ def _statements(args: argparse.Namespace, ref: Reference, digest: str) -> dict[s
 def _target_reference(args: argparse.Namespace) -> tuple[str, Path | None, list[str]]:
     """IMAGE@DIGEST (and archive, for archive output) of a target in the last build report, and
     IMAGE@DIGEST of each variant published next to it (zstd)."""
-    matches = [r for r in _load_report(args.report) if r.target == args.target]
-    if not matches or not matches[-1].digest:
-        raise ConfigError(
-            f"no built digest for target {args.target!r} in {args.report / 'report.json'}; build it first"
-        )
-    result = matches[-1]
+    _, result = _recorded(args, "verify")
     archive = Path(result.archive) if not result.output.pushes and result.archive else None
     variants = [f"{result.image_repo}@{v['digest']}" for v in result.variants if v.get("digest")]
     return f"{result.image_repo}@{result.digest}", archive, variants
-
-
-def _load_report(directory: Path) -> list[BuildResult]:
-    try:
-        from xcforge.report.results import load_results
-    except ImportError as exc:
-        raise ConfigError("verify --target needs the build report module; pass IMAGE@DIGEST instead") from exc
-    return load_results(directory)
 
 
 def run_verify(args: argparse.Namespace) -> int:
@@ -417,11 +301,12 @@ def run_verify(args: argparse.Namespace) -> int:
     return 0
 
 
-def _verify_one(args: argparse.Namespace, image: str, archive: Path | None, *, attestations: bool | None) -> None:
+def _verify_one(args: argparse.Namespace, image: str, archive: Path | None, *, attestations: bool | str | None) -> None:
     """Verify one IMAGE@DIGEST (or archive); VerificationFailed when it does not pass. `attestations`
     overrides the flags' choice (False: signatures only)."""
     from ocicore.registry import Reference
-    from signing.verify import verify_archive, verify_image
+    from signing.store import open_store
+    from xcforge.sign.check import check_signatures
 
     ref = Reference.parse(image)
     if archive is not None and ref.digest is None:
@@ -435,40 +320,11 @@ def _verify_one(args: argparse.Namespace, image: str, archive: Path | None, *, a
             f"verify {image}: a tag, not a digest; pass {ref.name}@sha256:<digest> "
             f"(`docker buildx imagetools inspect {image}` prints the digest)"
         )
-    sm2_keys = keys.public_keys(args.sm2_key, keys.SM2_KEY_ENV, "sm2")
-    cosign_keys = keys.public_keys(args.cosign_key, keys.COSIGN_KEY_ENV, "cosign")
-    require = [s.strip() for s in args.require.split(",") if s.strip()] if args.require else None
-    options = {
-        "allowed_identities": args.allow_identity,
-        "check_identity": not args.any_identity,
-        "sm2_dist_id": args.sm2_distid.encode("utf-8"),
-        "attestations": "require" if args.require_attestations else not args.no_attestations,
-    }
-    if attestations is not None:
-        options["attestations"] = attestations
-    try:
-        if archive is not None:
-            report = verify_archive(archive, ref.digest, ref.name, sm2_keys, cosign_keys, require, **options)
-        else:
-            keyless = {"keyless_identity": args.keyless_identity, "keyless_issuer": args.keyless_issuer}
-            report = verify_image(ref, sm2_keys, cosign_keys, require, insecure=args.insecure, **keyless, **options)
-    except Exception as exc:
-        # A verification that could not even run (registry unreachable, bad archive) is audited too.
-        audit = _audit(args)
-        if audit is not None:
-            audit.record("verify", digest=ref.digest, subject=ref.name, result=f"error: {type(exc).__name__}")
-        raise
-    for line in report.lines():
-        print(line)
-    audit = _audit(args)
-    if audit is not None:
-        audit.record("verify", digest=report.digest, subject=report.reference, result="ok" if report.ok else "failed")
-    if not report.ok:
-        reasons = [f"required signatures missing or invalid ({', '.join(report.missing)})"] if report.missing else []
-        if report.problems:
-            more = f" (+{len(report.problems) - 1} more above)" if len(report.problems) > 1 else ""
-            reasons.append(f"{report.problems[0]}{more}")
-        raise VerificationFailed(f"{report.reference}: {'; '.join(reasons) or 'see above'}")
+    trust = trust_from_args(args, keyless=archive is None)  # bundles live in the registry only
+    if attestations is None:
+        attestations = "require" if args.require_attestations else not args.no_attestations
+    store = open_store(ref.name, archive) if archive is not None else open_store(ref, insecure=args.insecure)
+    check_signatures(store, ref.digest, trust, attestations=attestations, audit=lambda: open_audit(args))
 
 
 def run_promote(args: argparse.Namespace) -> int:
@@ -479,7 +335,7 @@ def run_promote(args: argparse.Namespace) -> int:
         args.target,
         sm2_key=keys.load_sm2_signing_key(args.sm2_key) if args.sm2_key else None,
         cosign_key=keys.load_cosign_signing_key(args.cosign_key) if args.cosign_key else None,
-        audit=_audit(args),
+        audit=open_audit(args),
         insecure=args.insecure,
     )
     for line in result.lines():
@@ -492,53 +348,16 @@ def run_promote(args: argparse.Namespace) -> int:
     return 0
 
 
-def _expected_head(text: str | None) -> AuditHead | None:
-    """--expect-head COUNT:HASH, as `audit verify` prints the head (HASH: 64 lower-case hex digits)."""
-    from ocicore.digest import is_sha256_hex
-    from signing.audit import AuditHead
-
-    if text is None:
-        return None
-    count, sep, last_hash = text.partition(":")
-    if not (sep and count.isdigit() and count.isascii() and is_sha256_hex(last_hash)):
-        raise ConfigError(
-            f"--expect-head {text[:80]!r}: not COUNT:HASH; pass the head an earlier `audit verify` printed "
-            "(`head 42:<64 hex digits>`), as recorded in the CI report"
-        )
-    return AuditHead(int(count), last_hash)
-
-
 def run_audit_verify(args: argparse.Namespace) -> int:
-    from signing.audit import DEFAULT_AUDIT_LOG, AuditLog, verify_audit_log
+    from signing.audit import DEFAULT_AUDIT_LOG
+    from xcforge.sign.audit_log import check_audit_log, parse_head, require_log
 
-    expected = _expected_head(args.expect_head)  # a malformed flag is bad input (2), whatever the log
+    expected = parse_head(args.expect_head)  # a malformed flag is bad input (2), whatever the log
     path = args.path or Path(os.environ.get(AUDIT_ENV, DEFAULT_AUDIT_LOG))
-    if path.is_dir():
-        raise ConfigError(f"audit verify {path}: is a directory; give the audit log file (or ${AUDIT_ENV})")
-    if not path.exists() and not AuditLog(path).segments():
-        # Still a verification failure (exit 8): a deleted log is what tampering looks like.
-        raise VerificationFailed(
-            f"audit log {path}: does not exist (nor any rotated segment of it); name the log "
-            f"(`audit verify PATH` or ${AUDIT_ENV}, default {DEFAULT_AUDIT_LOG}), or restore it from a backup "
-            "or an `audit export` archive if it was deleted"
-        )
+    require_log(path)
     public = keys.public_keys([args.sm2_key], keys.SM2_KEY_ENV, "sm2")[0] if args.sm2_key else None
-    result = verify_audit_log(path, expected_head=expected, sm2_public=public)
-    if not result.ok:
-        raise VerificationFailed(f"audit log {path}: {result.problem}")
-    print(
-        f"audit log {path}: {result.count} entries in {result.segments} file(s), chain intact, "
-        f"head {result.count}:{result.last_hash}"
-    )
-    if result.pruned_before:
-        print(f"  entries 0-{result.pruned_before - 1} pruned by the retention policy (recorded in the chain)")
-    if public is not None:
-        print(
-            f"  {result.checkpoints} checkpoint(s) signed by SM2 key {public.short_id}; "
-            f"{result.unsigned_tail} entries after the last one"
-        )
-    else:
-        print("  checkpoints not checked: pass --sm2-key PUB to prove the chain was not rewritten")
+    for line in check_audit_log(path, expected, public):
+        print(line)
     return 0
 
 
