@@ -71,6 +71,7 @@ def feiteng_machine(machine, arch: str, cpuinfo: str = CPUINFO_PHYTIUM, hwcaps=N
         fake.path("/proc/self/auxv").write_bytes(auxv(*hwcaps))
     isa = FEITENG.cpu_isa[arch]
     fake.image_json(target="feiteng", backend="llamacpp", engine="llama.cpp", engine_version="0.3.36",
+                    engine_package="llama-cpp-python",
                     cpu_requires=" ".join(isa.requires), cpu_isa=isa.describes, cpu_variants=image_json_value(arch),
                     cpu_instead="an image built for this CPU's instruction set")  # fmt: skip
     return fake
@@ -100,6 +101,7 @@ def test_each_emulated_arm_cpu_gets_its_variant_in_doctor_and_the_start_line(mac
     main(["serve", "--model", "/models/m", "--dry-run"], env=env_for("llamacpp"), host=fake.host, software=SERVER)
     start = capsys.readouterr().err.splitlines()[0]
     assert f"llama.cpp CPU backend {EXPECTED_ARM[cpu]} (" in start, start
+    assert ", llama.cpp from llama-cpp-python 0.3.36," in start and "vLLM" not in start, start
 
 
 def test_the_why_names_the_features_seen_and_what_the_next_variant_lacks():

@@ -121,8 +121,12 @@ class Launcher:
             variant = isa_finding(self.host, image)[1]["variant"]
             unread = "CPU features unreadable: llama.cpp picks its CPU backend itself"
             limits += f"; {variant['summary'] if variant else unread}"
+        # What serves: vLLM, or llama.cpp's server (image.json `engine`; its version is the sdist's).
+        kind = "vLLM"
+        if (image.engine or "vllm") != "vllm":
+            kind = f"{image.engine} from {image.engine_package or 'its sdist'}"
         return (
-            f"xcforge-engine {__version__}: target {image.target or '?'}, vLLM {engine}{plugin}, "
+            f"xcforge-engine {__version__}: target {image.target or '?'}, {kind} {engine}{plugin}, "
             f"revision {image.build_revision or '?'}{limits}"
         )
 
