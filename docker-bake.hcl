@@ -267,7 +267,7 @@ target "cpu" {
   cache-to    = CACHE_REPOSITORY == "" ? [] : ["type=registry,ref=${CACHE_REPOSITORY}/vllm-cpu:buildcache-arm64-amd64,mode=max"]
 }
 
-# Phytium (Feiteng) CPU-only servers from FT-2000+/64 (ARMv8.0) up, llama.cpp's server for GGUF models. Hardware: Phytium FT-2000+/64, S2500, D2000, S5000C and any ARMv8.0-A aarch64; x86_64 with AVX2 (amd64).
+# Phytium (Feiteng) CPU-only servers from FT-2000+/64 (ARMv8.0) up, llama.cpp's server for GGUF models. Hardware: Phytium FT-2000+/64, S2500, D2000, S5000C and any ARMv8.0-A aarch64 or x86_64 CPU, each with the best CPU kernels it can run.
 target "feiteng" {
   inherits    = ["_common"]
   context     = "images/feiteng"

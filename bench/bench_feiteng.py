@@ -1,6 +1,6 @@
 """feiteng's llama.cpp compile, before and after the shared toolchain stage and ccache (issue 22 item 4).
 
-    .venv/bin/python bench/bench_feiteng.py [--before REV] [--wait-minutes 20]
+    .venv/bin/python bench/bench_feiteng.py [--before REV] [--wait-minutes 20] [--after-only | --warm-only]
 
 For each revision (`--before`, default 601090d, the last one before this change; then HEAD), in a fresh
 clone: `build.py contexts --target feiteng` makes the contexts its committed bake file names, then
@@ -125,6 +125,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--before", default="601090d", help="the revision before the change (default 601090d)")
     parser.add_argument("--wait-minutes", type=float, default=20, help="wait this long for a quiet machine (0: no)")
+    parser.add_argument(
+        "--after-only",
+        action="store_true",
+        help="skip the cold build of --before (its figures are in docs/benchmarks.md §6 and this file's history)",
+    )
+    parser.add_argument(
+        "--warm-only",
+        action="store_true",
+        help="only the compile again with ccache kept (after a build of HEAD filled ccache's mount)",
+    )
     args = parser.parse_args(argv)
     head = subprocess.run(
         ["git", "-C", str(REPO), "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True, check=True
@@ -133,13 +143,13 @@ def main(argv: list[str] | None = None) -> int:
     runs: dict[str, dict[str, object]] = {}
     with tempfile.TemporaryDirectory(prefix="xcforge-bench-feiteng-") as tmp:
         work = Path(tmp)
-        before = prepare(args.before, work)
         after = prepare(head, work)
-        for name, clone, cold in (
-            ("before: cold", before, True),
-            ("after: cold", after, True),
-            ("after: the compile again, ccache kept", after, False),
-        ):
+        plan = [("after: cold", after, True), ("after: the compile again, ccache kept", after, False)]
+        if args.warm_only:
+            plan = plan[1:]
+        elif not args.after_only:
+            plan.insert(0, ("before: cold", prepare(args.before, work), True))
+        for name, clone, cold in plan:
             with measuring(phases, name, limit_s=args.wait_minutes * 60):
                 if not cold:
                     change_compile_step(clone)
@@ -163,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         {
             "measured_at": now_iso(),
             "revision": git_revision(),
-            "before": args.before,
+            "before": None if args.after_only or args.warm_only else args.before,
             "after": head,
             "machine": machine(),
             "phases": phases,

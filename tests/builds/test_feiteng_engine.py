@@ -1,5 +1,6 @@
-"""The feiteng image: llama.cpp's server, cross-compiled for generic ARMv8.0, served under QEMU as the
-Phytium generation it claims (cortex-a57: FT-2000+/64 class), through the same launcher.
+"""The feiteng image: llama.cpp's server (cross-compiled, one CPU backend per CPU generation), served
+under QEMU as the Phytium generation it claims (cortex-a57: FT-2000+/64 class, its ARMv8.0 backend),
+through the same launcher. Which backend loads on which CPU: test_feiteng_variants.py.
 
 Slow and docker-marked: the cross-compile takes minutes on 2 cores (cached afterwards). The smoke
 test makes a tiny GGUF with llama.cpp's own converter and the image's llama-quantize, serves it

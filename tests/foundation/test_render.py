@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -164,7 +165,7 @@ def test_list_one_line_per_target_and_its_platforms_verification():
     assert all(p[1] in ("rendered", "deps-resolved") for p in platforms)  # a listing proves no install
     needs = [line for line in lines if line.split()[0] == "needs"]
     assert len(needs) == sum(len(MATRIX.targets[t].cpu_isa) for t in TARGETS)
-    assert "ARMv8.0-A with NEON (llama.cpp built for armv8-a), e.g. Phytium FT-2000+/64 (fp asimd)" in proc.stdout
+    assert "ARMv8.0-A with NEON (llama.cpp's armv8.0_1 CPU backend), e.g. Phytium FT-2000+/64 (fp asimd)" in proc.stdout
     assert "linux/amd64  rendered       lock unverified (needs https://download.pytorch.org/whl/cpu)" in proc.stdout
 
 
@@ -210,7 +211,7 @@ def test_missing_template_variable_fails(tmp_path):
     assert jinja2  # StrictUndefined turned the typo into an error rather than an empty string
 
 
-def test_feiteng_cross_compiles_for_generic_armv8_from_checked_sources():
+def test_feiteng_cross_compiles_one_cpu_backend_per_generation_from_checked_sources():
     text = _text("feiteng")
     stage = text[text.index("AS llama-toolchain") : text.index("AS runtime")]
     shared = text[text.index("AS llama-toolchain") : text.index("AS llama-build")]
@@ -222,7 +223,16 @@ def test_feiteng_cross_compiles_for_generic_armv8_from_checked_sources():
     assert "--mount=type=cache,target=/var/cache/ccache,id=xcforge-llama-ccache,sharing=shared" in stage
     assert "-DCMAKE_CXX_COMPILER_LAUNCHER=ccache" in stage
     assert "sha256sum -c -" in stage and "from=sdists" in stage  # the hash-pinned sdist, checked again
-    assert "arm64) isa=-DGGML_CPU_ARM_ARCH=armv8-a" in stage and "-DGGML_NATIVE=OFF" in stage
-    assert "-static-libgcc -static-libstdc++" in stage
+    # One loadable CPU backend per variant the matrix names (GGML_BACKEND_DL), not one -march.
+    assert "-DGGML_NATIVE=OFF" in stage and "-DGGML_BACKEND_DL=ON" in stage and "-DBUILD_SHARED_LIBS=ON" in stage
+    assert "GGML_CPU_ARM_ARCH" not in stage and "-DGGML_BACKEND_DIR=/usr/local/lib/ggml" in stage
+    llama = MATRIX.targets["feiteng"].engine.llama_cpp
+    for arch, variants in llama.cpu_variants.items():
+        line = next(x for x in shared.splitlines() if f"> /src/xcforge-cpu-variants-{arch}.cmake" in x)
+        args = shlex.split(line.split("printf 'ggml_add_cpu_backend_variant(%s)\\n'", 1)[1].split(" > ", 1)[0])
+        assert args == [" ".join([v.name, *v.features]) for v in variants], line
+    # The variants list replaces llama.cpp's own, checked where it is patched and after the build.
+    assert "grep -q '^    include(${XCFORGE_CPU_VARIANTS})$' /src/ggml/src/CMakeLists.txt" in shared
+    assert 'if [ "$want" != "$got" ]' in stage
     assert "--target llama-server llama-quantize" in stage
     assert "pip install" not in stage

@@ -281,6 +281,26 @@ class Packager(_Frozen):
     official: bool
 
 
+class CpuVariant(_Frozen):
+    """One CPU backend llama.cpp builds as its own library (libggml-cpu-<name>.so) and loads at start
+    when it scores best for the CPU (ggml/src/ggml-backend-reg.cpp, ggml_backend_load_best)."""
+
+    # llama.cpp's tag for it (ggml/src/CMakeLists.txt, ggml_add_cpu_backend_variant): the file name.
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9_.]*$")
+    # The feature words ggml_add_cpu_backend_variant takes (DOTPROD, SVE, AVX2, ...): they choose the
+    # compiler flags and the score checks (ggml-cpu/arch/<arch>/cpu-feats.cpp).
+    features: tuple[str, ...] = ()
+    describes: OneLine
+
+    @field_validator("features")
+    @classmethod
+    def _words(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        for word in v:
+            if not re.match(r"^[A-Z0-9_]+$", word):
+                raise ValueError(f"{_shown(word)} is not one of llama.cpp's feature words (upper case, e.g. DOTPROD)")
+        return v
+
+
 class LlamaCppBuild(_Frozen):
     """llama-server compiled from the llama.cpp sources an sdist vendors (engine.install: llama-server)."""
 
@@ -291,6 +311,21 @@ class LlamaCppBuild(_Frozen):
     cmake_flags: tuple[str, ...] = ()
     arch_flags: dict[Arch, tuple[str, ...]] = Field(default_factory=dict)
     binaries: tuple[str, ...] = ("llama-server",)
+    # Where the CPU variants' libraries go (compiled in as GGML_BACKEND_DIR).
+    backend_dir: AbsPath = "/usr/local/lib/ggml"
+    # Per arch, the CPU backends built as loadable libraries (GGML_BACKEND_DL), lowest first: the
+    # server loads the best one the CPU can run. Empty: one backend linked in (arch_flags' ISA).
+    cpu_variants: dict[Arch, tuple[CpuVariant, ...]] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _variants_unique(self) -> LlamaCppBuild:
+        for arch, variants in self.cpu_variants.items():
+            names = [v.name for v in variants]
+            if len(set(names)) != len(names):
+                raise ValueError(f"cpu_variants.{arch}: a variant name appears twice ({' '.join(names)})")
+            if variants and variants[0].features:
+                raise ValueError(f"cpu_variants.{arch}: the first variant is the lowest, and needs no feature words")
+        return self
 
     @field_validator("cmake_flags", "binaries")
     @classmethod

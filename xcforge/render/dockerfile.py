@@ -211,6 +211,9 @@ def _facts(target: Target) -> tuple[str, str]:
         ("omitted", '"$omitted"'),
         ("unavailable", '"$unavailable"'),
         ("removed", shlex.quote(removed_statement(target))),
+        # The CPU backends the image carries (engine.llama_cpp.cpu_variants, as built: the engine step
+        # writes /etc/xcforge/cpu-variants), "name:FEATURE+FEATURE" lowest first; empty elsewhere.
+        ("cpu_variants", "\"$(sed 's/ /:/; s/ /+/g' /etc/xcforge/cpu-variants 2>/dev/null | paste -sd ' ')\""),
     ]
     keys = "".join(f',"{key}":"%s"' for key, _ in fields)
     return keys, "".join(f" {value}" for _, value in fields)

@@ -29,6 +29,7 @@ from xcforge_engine.health import DEFAULT_TIMEOUT, check_health, health_url
 from xcforge_engine.host import Host
 from xcforge_engine.image import ImageFacts, load_image_facts
 from xcforge_engine.install_check import check_install
+from xcforge_engine.isa import isa_finding
 from xcforge_engine.serve import (
     log_plan,
     parse_serve_args,
@@ -115,8 +116,17 @@ class Launcher:
         if image.engine_packager:
             engine += f" ({image.packager_note})"
         limits = "".join(f"; {text}" for text in (image.unavailable, image.removed) if text)
+        if image.cpu_variants:
+            # Which llama.cpp CPU backend the server will load here, and the features that chose it.
+            variant = isa_finding(self.host, image)[1]["variant"]
+            unread = "CPU features unreadable: llama.cpp picks its CPU backend itself"
+            limits += f"; {variant['summary'] if variant else unread}"
+        # What serves: vLLM, or llama.cpp's server (image.json `engine`; its version is the sdist's).
+        kind = "vLLM"
+        if (image.engine or "vllm") != "vllm":
+            kind = f"{image.engine} from {image.engine_package or 'its sdist'}"
         return (
-            f"xcforge-engine {__version__}: target {image.target or '?'}, vLLM {engine}{plugin}, "
+            f"xcforge-engine {__version__}: target {image.target or '?'}, {kind} {engine}{plugin}, "
             f"revision {image.build_revision or '?'}{limits}"
         )
 
@@ -278,6 +288,8 @@ class Launcher:
             print(f"engine_install: {image.engine_install or '-'}")
             if image.engine_fallback:
                 print(f"engine_fallback: {image.engine_fallback}")
+            if image.cpu_variants:
+                print(f"cpu_variants: {image.cpu_variants}")
             for key in ("engine_packager", "unavailable", "removed"):
                 if facts[key]:
                     print(f"{key}: {image.packager_note if key == 'engine_packager' else facts[key]}")

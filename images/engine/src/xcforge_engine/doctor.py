@@ -213,6 +213,9 @@ def render_text(report: Report) -> str:
     features = ", ".join(f"{name} {_yes(v)}" for name, v in cpu["features"].items())
     described = " ".join(part for part in (host["arch"], cpu["vendor"], cpu["model"]) if part)
     lines.append(f"cpu       {described} — {features}")
+    variant = cpu["isa"].get("variant")
+    if variant:
+        lines.append(f"variant   {variant['summary']}")
     if memory["limit_bytes"] is not None:
         mem = f"limit {size_text(memory['limit_bytes'])} ({memory['limit_source']})"
     else:

@@ -32,6 +32,8 @@ FIELDS = (
     "cpu_requires",
     "cpu_isa",
     "cpu_instead",
+    # The llama.cpp CPU backends the image carries, lowest first: "name:FEATURE+FEATURE ..." (feiteng).
+    "cpu_variants",
     # The matrix's engine pin, and (when this platform installed the matrix's engine.fallback, the
     # newest pairing PyPI alone serves) why engine_version differs from it.
     "engine_pinned",
@@ -68,6 +70,7 @@ class ImageFacts:
     cpu_requires: str | None = None  # space-separated feature names (auxv/cpuinfo spelling)
     cpu_isa: str | None = None  # what they amount to, e.g. "ARMv8.2-A with LSE atomics and dotprod"
     cpu_instead: str | None = None  # the image to use on a CPU without them
+    cpu_variants: str | None = None  # "armv8.0_1 armv8.2_1:DOTPROD ...": cpu_variants.parse_variants
     engine_pinned: str | None = None
     engine_fallback: str | None = None
     engine_packager: str | None = None

@@ -16,6 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypedDict
 
+from xcforge_engine.cpu_variants import VariantBlock, choose, parse_variants
+from xcforge_engine.cpu_variants import block as block_of
 from xcforge_engine.cpuinfo import CpuInfo, read_cpuinfo
 from xcforge_engine.host import Host
 from xcforge_engine.image import ImageFacts
@@ -93,6 +95,8 @@ class IsaBlock(TypedDict):
     level: str | None
     required: list[str]
     missing: list[str]
+    # An image with llama.cpp CPU variants (image.json cpu_variants): the one that loads here, and why.
+    variant: VariantBlock | None
 
 
 def isa_finding(host: Host, image: ImageFacts) -> tuple[Finding, IsaBlock]:
@@ -110,7 +114,28 @@ def isa_finding(host: Host, image: ImageFacts) -> tuple[Finding, IsaBlock]:
         "level": isa.level,
         "required": required,
         "missing": missing,
+        "variant": None,
     }
+    carried = parse_variants(image.cpu_variants)
+    if carried and isa.source != "none":
+        # The variants decide: the lowest needs `required`, each higher one its own features too.
+        choice = choose(carried, cpu.arch, isa.features, tuple(required))
+        block["variant"] = variant_block = block_of(choice)
+        if choice.refused:
+            lowest = choice.scored[0]
+            instead = image.cpu_instead or "an image built for this CPU's instruction set"
+            return (
+                Finding(
+                    "cpu.isa",
+                    ERROR,
+                    f"this CPU ({shown.strip()}) can load none of this image's {len(carried)} llama.cpp CPU "
+                    f"backends: the lowest, {lowest.variant.name}, needs {' '.join(lowest.lacks)}",
+                    f"use {instead}",
+                    subject="CPU features",
+                ),
+                block,
+            )
+        return Finding("cpu.isa", OK, variant_block["summary"]), block
     if not required:
         return Finding("cpu.isa", OK, f"no CPU features required by this image ({shown.strip()})"), block
     if isa.source == "none":

@@ -1,8 +1,9 @@
 """llama.cpp's OpenAI-compatible server (llama-server) for CPUs vLLM cannot run on.
 
 vLLM's CPU wheels need ARMv8.2 (LSE atomics, dotprod, FP16); Phytium FT-2000+/64 and D2000 are
-ARMv8.0/8.1. The feiteng image compiles llama-server for generic armv8-a and serves GGUF files
-(INT4 Q4_K_M, INT8 Q8_0) behind this same launcher: same port, /health, presets, doctor.
+ARMv8.0/8.1. The feiteng image carries llama-server with one CPU backend per CPU generation (from
+generic armv8-a up; cpu_variants.py names the one that loads) and serves GGUF files (INT4 Q4_K_M,
+INT8 Q8_0) behind this same launcher: same port, /health, presets, doctor.
 
 Operators keep the vLLM-style flags the other images take; the few with a llama-server twin are
 translated (`--served-model-name` → `--alias`, `--max-model-len` → `--ctx-size`, `--max-num-seqs`
