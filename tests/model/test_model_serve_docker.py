@@ -123,6 +123,7 @@ def refused(done: subprocess.CompletedProcess[str], *words: str) -> str:
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
     from xcforge.config.matrix import load_matrix
+    from xcforge.config.site import load_site
     from xcforge.paths import REPO_ROOT
     from xcforge.smoke import gguf
     from xcforge.smoke.checks import tiny_model
@@ -149,7 +150,8 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
 
     matrix = load_matrix(REPO_ROOT / "matrix.yaml")
     with tiny_model(tmp / "tiny") as tiny:
-        gguf_dir = gguf.tiny_gguf(matrix, matrix.targets["feiteng"], image, PLATFORM, tiny, tmp / "gguf")
+        gguf_dir = gguf.tiny_gguf(matrix, matrix.targets["feiteng"], image, PLATFORM, tiny, tmp / "gguf",
+                                  site=load_site(SITE))  # fmt: skip
     assert [p.name for p in gguf_dir.iterdir()] == [GGUF]
 
     pulled: list[str] = []
