@@ -362,7 +362,7 @@ def test_a_chunk_the_registry_lacks_is_refused_naming_the_file(site, tmp_path):
                  "--registry", repo, "--push", "--sm2-key", site.keys.sm2_key, "--no-audit")  # fmt: skip
         digest = digest_line(out)
         client = RegistryClient(lacking.address)
-        manifest = client.get_manifest("wt34-lacking/tiny-gguf", digest).json
+        manifest = client.get_manifest("wt34-lacking/tiny-gguf", digest).json()
         chunk = manifest["layers"][0]["digest"]
         gone = requests.delete(f"http://{lacking.address}/v2/wt34-lacking/tiny-gguf/blobs/{chunk}", timeout=30)
         assert gone.status_code == 202, gone.text
