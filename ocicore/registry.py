@@ -509,8 +509,11 @@ class RegistryClient:
             raise RegistryError(f"blob {self.registry}/{repository}@{digest}: content does not match its digest")
         return size
 
-    def push_blob(self, repository: str, data: bytes | SupportsRead[bytes], digest: str | None = None) -> str:
-        """Monolithic upload (POST, then PUT with ?digest=). Skipped when the blob exists."""
+    def push_blob(
+        self, repository: str, data: bytes | SupportsRead[bytes] | Iterable[bytes], digest: str | None = None
+    ) -> str:
+        """Monolithic upload (POST, then PUT with ?digest=). Skipped when the blob exists. `data`: the
+        bytes, a file object, or an iterable of blocks with len() (sent with a Content-Length)."""
         if isinstance(data, bytes | bytearray):
             digest = digest or sha256_digest(bytes(data))
         elif digest is None:
@@ -528,7 +531,9 @@ class RegistryClient:
         self._check(response, f"start blob upload to {self.registry}/{repository}", (202,))
         return response.headers["Location"]
 
-    def _finish_upload(self, repository: str, location: str, digest: str, data: bytes | SupportsRead[bytes]) -> None:
+    def _finish_upload(
+        self, repository: str, location: str, digest: str, data: bytes | SupportsRead[bytes] | Iterable[bytes]
+    ) -> None:
         url = urljoin(self.url(""), location)
         url += ("&" if "?" in url else "?") + urlencode({"digest": digest})
         response = self.request(

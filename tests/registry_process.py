@@ -26,9 +26,26 @@ def _free_port() -> int:
         return port
 
 
+def _bcrypt(password: str) -> str:
+    """A bcrypt hash through the C library's crypt(3) (libxcrypt has $2b$), no extra package."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # crypt leaves the standard library in 3.13
+        import crypt
+
+    hashed = crypt.crypt(password, crypt.mksalt(crypt.METHOD_BLOWFISH))
+    if not hashed or not hashed.startswith("$2"):
+        pytest.skip("this C library's crypt(3) has no bcrypt, which distribution's htpasswd needs")
+    return hashed
+
+
 class RegistryProcess:
-    def __init__(self, *, access_log: bool = False) -> None:
+    def __init__(self, *, access_log: bool = False, htpasswd: dict[str, str] | None = None) -> None:
+        """htpasswd: user -> password; the registry then asks for HTTP Basic auth (distribution's
+        htpasswd backend, bcrypt entries only), as a site registry that needs a login does."""
         self.access_log = access_log
+        self.htpasswd = htpasswd or {}
         binary = next((shutil.which(b) for b in BINARY_CANDIDATES if shutil.which(b)), None)
         if binary is None:
             pytest.skip("no registry binary (Debian's docker-registry); run scripts/provision.sh")
@@ -50,6 +67,10 @@ class RegistryProcess:
             f"storage: {{filesystem: {{rootdirectory: {root / 'data'}}}, delete: {{enabled: true}}}}\n"
             f"http: {{addr: '127.0.0.1:{self.port}'}}\n"
         )
+        if self.htpasswd:
+            (root / "htpasswd").write_text("".join(f"{user}:{_bcrypt(pw)}\n" for user, pw in self.htpasswd.items()))
+            with config.open("a") as fh:
+                fh.write(f"auth: {{htpasswd: {{realm: xcforge-test, path: {root / 'htpasswd'}}}}}\n")
         self._proc = subprocess.Popen(
             [self.binary, "serve", str(config)],
             # The access log (one line per request) goes to stdout.
@@ -60,7 +81,7 @@ class RegistryProcess:
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline:
             try:
-                if requests.get(f"http://{self.address}/v2/", timeout=1).status_code == 200:
+                if requests.get(f"http://{self.address}/v2/", timeout=1).status_code in (200, 401):
                     return self
             except requests.RequestException:
                 time.sleep(0.05)

@@ -95,3 +95,31 @@ def test_a_flipped_byte_in_a_model_bundle_publishes_nothing(tmp_path, capsys, ke
         from ocicore.registry import RegistryClient
 
         assert RegistryClient(inside.address).list_tags("wt34-tamper/qwen-x") == []
+
+
+def test_the_launcher_fetches_from_a_registry_that_needs_a_login(tmp_path, capsys, keys):
+    """htpasswd (HTTP Basic) as a site registry has it; the launcher reads the names build.py reads."""
+    from xcforge_engine.modelfetch import fetch
+    from xcforge_engine.modelverify import ModelRefused
+
+    from ocicore.registry import RegistryClient
+    from tests.model.model_helpers import write_gguf
+
+    (tmp_path / "g").mkdir()
+    write_gguf(tmp_path / "g" / "m-q8_0.gguf")
+    login = {"XCFORGE_REGISTRY_USERNAME": "operator", "XCFORGE_REGISTRY_PASSWORD": "pw-1"}
+    with RegistryProcess(htpasswd={"operator": "pw-1"}) as locked, pytest.MonkeyPatch.context() as patch:
+        for name, value in login.items():
+            patch.setenv(name, value)  # build.py's registry client (push) reads them from the environment
+        cli(capsys, "model", "pack", tmp_path / "g", "--name", "g:1", "--dist", tmp_path / "d", "--registry",
+            f"{locked.address}/site", "--push", "--sm2-key", keys.sm2_key, "--no-audit")  # fmt: skip
+        digest = RegistryClient(locked.address).resolve("site/g", "1")
+        ref = f"oci://{locked.address}/site/g@{digest}"
+        with pytest.raises(ModelRefused, match="asks for a login: set XCFORGE_REGISTRY_USERNAME"):
+            fetch(ref, tmp_path / "anonymous", {})
+        with pytest.raises(ModelRefused, match="refused the login"):
+            fetch(ref, tmp_path / "wrong", {**login, "XCFORGE_REGISTRY_PASSWORD": "nope"})
+        assert not (tmp_path / "wrong").exists() or not any((tmp_path / "wrong").iterdir())  # nothing left
+        assert fetch(ref, tmp_path / "ok", login) == digest
+    env = {"XCFORGE_VERIFY_CACHE": str(tmp_path / "cache"), "PATH": "/usr/bin:/bin"}
+    assert verify_model(tmp_path / "ok", [load_key(keys.sm2_pub)], env).digest == digest

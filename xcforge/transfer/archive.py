@@ -18,7 +18,9 @@ import hashlib
 import io
 import json
 import os
+import queue
 import tarfile
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +35,7 @@ BLOCK = tarfile.BLOCKSIZE
 CHUNKS_SUFFIX = ".chunks.json"
 CHUNKS_FORMAT = "xcforge-bundle-chunks/v1"
 _COPY = 1 << 20
+_DEPTH = 8  # buffers queued for the bundle writer (1 MiB each from a registry download)
 
 
 def parse_size(text: str, *, flag: str = "--chunk-size") -> int:
@@ -73,10 +76,17 @@ class ChunkedSink(io.RawIOBase):
         self.base, self.chunk_size = base, chunk_size
         self.chunks: list[Chunk] = []
         self.total = 0
-        self._whole = hashlib.sha256()
+        # Unchunked, the one chunk is the whole bundle: its hash is the whole hash (one SHA-256 pass, not two).
+        self._whole = hashlib.sha256() if chunk_size is not None else None
         self._fh: BinaryIO | None = None
         self._hash = hashlib.sha256()
         self._partials: list[Path] = []
+        # Write-behind: the caller (a registry download that hashes what it receives) fills one buffer
+        # while this worker writes and hashes the previous one; hashlib and file writes release the GIL,
+        # so the two overlap on two cores. At most _DEPTH buffers wait: memory stays bounded.
+        self._queue: queue.Queue[bytes | None] = queue.Queue(maxsize=_DEPTH)
+        self._failed: BaseException | None = None
+        self._worker: threading.Thread | None = None
 
     def writable(self) -> bool:
         return True
@@ -100,7 +110,44 @@ class ChunkedSink(io.RawIOBase):
             self._fh = None
 
     def write(self, data: ReadableBuffer) -> int:
-        view = memoryview(data).cast("B")
+        """Queue `data` for the worker; bytes are taken as they are, anything mutable is copied first."""
+        self._raise_failure()
+        piece = data if isinstance(data, bytes) else bytes(data)
+        if not piece:
+            return 0
+        if self._worker is None:
+            self._worker = threading.Thread(target=self._drain, name="bundle-writer", daemon=True)
+            self._worker.start()
+        while True:
+            try:
+                self._queue.put(piece, timeout=0.5)
+                break
+            except queue.Full:
+                self._raise_failure()
+        self.total += len(piece)
+        return len(piece)
+
+    def _drain(self) -> None:
+        while (item := self._queue.get()) is not None:
+            if self._failed is not None:
+                continue  # keep taking buffers so that the writer never blocks; the error is raised there
+            try:
+                self._write_now(item)
+            except BaseException as exc:  # handed to the caller by _raise_failure
+                self._failed = exc
+
+    def _raise_failure(self) -> None:
+        if self._failed is not None:
+            raise self._failed
+
+    def _finish_worker(self) -> None:
+        if self._worker is not None:
+            self._queue.put(None)
+            self._worker.join()
+            self._worker = None
+
+    def _write_now(self, data: bytes) -> None:
+        view = memoryview(data)
         written = 0
         while written < len(view):
             if self._fh is None or (self.chunk_size is not None and self.chunks[-1].size >= self.chunk_size):
@@ -110,14 +157,15 @@ class ChunkedSink(io.RawIOBase):
             piece = view[written : written + room]
             self._fh.write(piece)
             self._hash.update(piece)
-            self._whole.update(piece)
+            if self._whole is not None:
+                self._whole.update(piece)
             self.chunks[-1].size += len(piece)
             written += len(piece)
-        self.total += written
-        return written
 
     def commit(self) -> list[Path]:
         """Close, rename the chunks to their final names and write the chunk list; the files made."""
+        self._finish_worker()
+        self._raise_failure()
         self._close_current()
         final: list[Path] = []
         for partial in self._partials:
@@ -131,7 +179,7 @@ class ChunkedSink(io.RawIOBase):
                 "format": CHUNKS_FORMAT,
                 "bundle": f"{self.base.name}.tar",
                 "size": self.total,
-                "sha256": self._whole.hexdigest(),
+                "sha256": (self._whole or self._hash).hexdigest(),
                 "chunks": [chunk.__dict__ for chunk in self.chunks],
             }
             index.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
@@ -139,6 +187,7 @@ class ChunkedSink(io.RawIOBase):
         return final
 
     def abort(self) -> None:
+        self._finish_worker()
         with contextlib.suppress(OSError):
             if self._fh is not None:
                 self._fh.close()
@@ -308,6 +357,40 @@ class JoinedReader(io.RawIOBase):
         for handle in self._handles:
             handle.close()
         super().close()
+
+
+class MemberReader:
+    """One tar member's bytes through file handles of its own, so that several threads can each read
+    (and hash, and upload) a different member of the same bundle at once. Iterating yields blocks of
+    1 MiB, and len() is the member's size: requests then sends it with a Content-Length in those blocks
+    (a file object would be read 16 KiB at a time by urllib3)."""
+
+    def __init__(self, files: BundleFiles, member: tarfile.TarInfo) -> None:
+        self._joined = JoinedReader(files)
+        self._joined.seek(member.offset_data)
+        self.size = self._left = member.size
+
+    def read(self, size: int = -1) -> bytes:
+        want = self._left if size < 0 else min(size, self._left)
+        data = self._joined.read(want) or b""
+        self._left -= len(data)
+        return data
+
+    def __iter__(self) -> Iterator[bytes]:
+        while block := self.read(_COPY):
+            yield block
+
+    def __len__(self) -> int:
+        return self.size
+
+    def close(self) -> None:
+        self._joined.close()
+
+    def __enter__(self) -> MemberReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 @contextlib.contextmanager

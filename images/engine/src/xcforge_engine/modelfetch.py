@@ -7,8 +7,9 @@ file with its SHA-256 checked, and the `.sm2` / `.sig` signature tags written as
 signatures and every file afterwards, with the keys the operator gave.
 
 Registry access: the OCI distribution API over https (http for loopback, or XCFORGE_REGISTRY_INSECURE=1),
-anonymous or with XCFORGE_REGISTRY_USER / XCFORGE_REGISTRY_PASSWORD, Bearer tokens as distribution's
-token spec describes (WWW-Authenticate realm, service, scope).
+anonymous or with XCFORGE_REGISTRY_USERNAME (or XCFORGE_REGISTRY_USER) / XCFORGE_REGISTRY_PASSWORD, the
+names `build.py`'s registry client reads too, Basic or Bearer tokens as distribution's token spec
+describes (WWW-Authenticate realm, service, scope).
 """
 
 from __future__ import annotations
@@ -51,7 +52,8 @@ class _Registry:
         loopback = host.split(":")[0] in ("localhost", "127.0.0.1", "[::1]")
         insecure = loopback or env.get("XCFORGE_REGISTRY_INSECURE") == "1"
         self.base = f"{'http' if insecure else 'https'}://{host}"
-        user, password = env.get("XCFORGE_REGISTRY_USER"), env.get("XCFORGE_REGISTRY_PASSWORD")
+        user = env.get("XCFORGE_REGISTRY_USERNAME") or env.get("XCFORGE_REGISTRY_USER")
+        password = env.get("XCFORGE_REGISTRY_PASSWORD")
         self.basic = base64.b64encode(f"{user}:{password}".encode()).decode() if user and password else None
         self.token: str | None = None
         self.host = host
@@ -60,16 +62,29 @@ class _Registry:
         kind, _, params = challenge.partition(" ")
         if kind.lower() == "basic":
             if self.basic is None:
-                raise ModelRefused(f"registry {self.host} asks for a login: set XCFORGE_REGISTRY_USER/PASSWORD")
+                raise ModelRefused(
+                    f"registry {self.host} asks for a login: "
+                    "set XCFORGE_REGISTRY_USERNAME and XCFORGE_REGISTRY_PASSWORD"
+                )
             return
         fields = dict(re.findall(r'(\w+)="([^"]*)"', params))
         query = urllib.parse.urlencode({k: v for k, v in fields.items() if k in ("service", "scope")})
         request = urllib.request.Request(f"{fields.get('realm', '')}?{query}")
         if self.basic:
             request.add_header("Authorization", f"Basic {self.basic}")
-        with urllib.request.urlopen(request, timeout=60) as response:
-            doc = json.load(response)
+        try:
+            with urllib.request.urlopen(request, timeout=60) as response:
+                doc = json.load(response)
+        except urllib.error.HTTPError as exc:
+            login = "the login was refused" if exc.code in (401, 403) else f"answered {exc.code} {exc.reason}"
+            raise ModelRefused(f"registry {self.host}: its token service {fields.get('realm')}: {login}") from None
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            raise ModelRefused(
+                f"registry {self.host}: no token from {fields.get('realm')} ({getattr(exc, 'reason', exc)})"
+            ) from None
         self.token = doc.get("token") or doc.get("access_token")
+        if not self.token:
+            raise ModelRefused(f"registry {self.host}: its token service {fields.get('realm')} sent no token")
 
     def open(self, path: str, accept: str | None = None) -> Any:
         """The response to GET path (None on 404), authenticating once when asked."""
@@ -89,6 +104,11 @@ class _Registry:
                 if exc.code == 401 and attempt == 0 and exc.headers.get("WWW-Authenticate"):
                     self._authorize(exc.headers["WWW-Authenticate"])
                     continue
+                if exc.code == 401 and self.basic:
+                    raise ModelRefused(
+                        f"registry {self.host} refused the login of XCFORGE_REGISTRY_USERNAME "
+                        "(or the password in XCFORGE_REGISTRY_PASSWORD)"
+                    ) from None
                 raise ModelRefused(f"registry {self.host}: GET {path} answered {exc.code} {exc.reason}") from None
             except (urllib.error.URLError, OSError) as exc:
                 raise ModelRefused(f"registry {self.host}: cannot reach it ({getattr(exc, 'reason', exc)})") from None
