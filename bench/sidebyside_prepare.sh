@@ -32,7 +32,13 @@ if [ ! -x "$B/llama-src/build-native/bin/llama-server" ]; then
     mkdir -p "$B/llama-src"
     tar -xzf "$sdist" -C "$B/llama-src" --strip-components=3 "llama_cpp_python-$version/vendor/llama.cpp"
     # matrix.yaml feiteng engine.llama_cpp.cmake_flags, and the image's static libgcc/libstdc++.
+    # NO_AMX=1 (the default): this VM advertises AMX (amx_tile/amx_int8 in /proc/cpuinfo) but its first
+    # `ldtilecfg` raises SIGILL (gdb: ggml_backend_amx_mul_mat, during llama-server's warm-up), so
+    # "native" here is -march=native minus AMX. NO_AMX=0 on a host whose AMX works.
+    noamx=""
+    if [ "${NO_AMX:-1}" = 1 ]; then noamx="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"; fi
     cmake -S "$B/llama-src" -B "$B/llama-src/build-native" -DGGML_NATIVE=ON \
+        -DCMAKE_C_FLAGS="$noamx" -DCMAKE_CXX_FLAGS="$noamx" \
         -DCMAKE_BUILD_TYPE=Release -DGGML_OPENMP=OFF -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TESTS=OFF \
         -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF \
         -DCMAKE_EXE_LINKER_FLAGS="-static-libgcc -static-libstdc++"
