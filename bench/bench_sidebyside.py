@@ -25,7 +25,7 @@ installation guide advises. Streamed /v1/completions at concurrency 1 and 16: ou
 requests' completion tokens over the wall time), time to first token P50/P99.
 
 Every command is echoed before it runs; containers and processes are removed at the end.
-Writes bench/results/sidebyside-<llamacpp|vllm>.json.
+Writes its numbers to bench/results/ (file sidebyside-ENGINE.json).
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ from typing import Any
 
 from _common import load_note, log, markdown_table, measuring, percentile, write_results
 
-DOCKER = "/usr/bin/docker"  # /usr/local/bin/docker comes first on PATH here and lacks buildx (ENVIRONMENT.md)
+DOCKER = "/usr/bin/docker"  # /usr/local/bin/docker comes first on PATH here and lacks buildx (the build machines' environment notes)
 PP_TOKENS, TG_TOKENS = 512, 128
 
 
@@ -360,11 +360,11 @@ def vllm(args: argparse.Namespace, phases: list[dict[str, Any]]) -> dict[str, An
         return docker_server("image", args.image, [*flags, "-v", f"{model}:/model:ro"], ["--model", "/model"])
 
     def host() -> Server:
-        # vLLM's CPU installation guide (docs/getting_started/installation/cpu.md, "Related runtime
-        # environment variables" and "Performance tips"): VLLM_CPU_KVCACHE_SPACE in GiB, the OpenMP
-        # threads bound to the cores with VLLM_CPU_OMP_THREADS_BIND, --dtype=bfloat16 (its docker run
-        # example), TCMalloc preloaded. The `vllm` console script fails for the vllm-cpu dist
-        # (ENVIRONMENT.md), so `vllm serve` is its module.
+        # vLLM's CPU installation guide, "Related runtime environment variables" and "Performance tips"
+        # (https://docs.vllm.ai/en/latest/getting_started/installation/cpu.html): VLLM_CPU_KVCACHE_SPACE
+        # in GiB, the OpenMP threads bound with VLLM_CPU_OMP_THREADS_BIND, --dtype=bfloat16 (its docker run
+        # example), TCMalloc preloaded. The `vllm` console script fails for the vllm-cpu distribution
+        # (it looks up a dist named `vllm`), so `vllm serve` is run as its module.
         port = free_port()
         env = {
             "VLLM_CPU_KVCACHE_SPACE": str(args.host_kv_gib),
