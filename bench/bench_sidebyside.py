@@ -52,7 +52,8 @@ from typing import Any
 
 from _common import load_note, log, markdown_table, measuring, percentile, write_results
 
-DOCKER = "/usr/bin/docker"  # /usr/local/bin/docker comes first on PATH here and lacks buildx (the build machines' environment notes)
+from xcforge.shell import DOCKER
+
 PP_TOKENS, TG_TOKENS = 512, 128
 
 
