@@ -53,14 +53,6 @@ class Record:
         """The record of a report.json entry; an unknown key is a TypeError (the report is not ours)."""
         return data if isinstance(data, cls) else cls(**data)  # type: ignore[arg-type]
 
-    # Read access by key, for readers written against the old dicts (commands/sign_cmds.py reads
-    # signatures and variants so); new code reads the attributes.
-    def __getitem__(self, key: str) -> Any:
-        return self.as_dict()[key]
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return self.as_dict().get(key, default)
-
 
 R = TypeVar("R", bound="Record")
 

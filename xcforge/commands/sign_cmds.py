@@ -285,7 +285,7 @@ def _target_reference(args: argparse.Namespace) -> tuple[str, Path | None, list[
     IMAGE@DIGEST of each variant published next to it (zstd)."""
     _, result = _recorded(args, "verify")
     archive = Path(result.archive) if not result.output.pushes and result.archive else None
-    variants = [f"{result.image_repo}@{v['digest']}" for v in result.variants if v.get("digest")]
+    variants = [f"{result.image_repo}@{v.digest}" for v in result.variants if v.digest]
     return f"{result.image_repo}@{result.digest}", archive, variants
 
 
