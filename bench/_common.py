@@ -150,7 +150,12 @@ def busy_processes() -> list[str]:
     for line in proc.stdout.splitlines():
         if not line.strip():
             continue
-        pid = int(line.split(None, 1)[0])
+        pid_text, _, command = line.partition(" ")
+        # a `flock LOCK pytest …` waiting for the machine's lock does no work; once it holds the
+        # lock, its child (the pytest itself) matches on its own
+        if command.split(None, 1)[0].rsplit("/", 1)[-1] == "flock":
+            continue
+        pid = int(pid_text)
         if pid in ancestors or me in _lineage(pid):
             continue
         busy.append(line[:160])

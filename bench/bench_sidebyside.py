@@ -315,7 +315,10 @@ def stream_completion(port: int, model: str, max_tokens: int) -> dict[str, Any]:
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue
             chunk = json.loads(line[6:])
-            if first is None and chunk.get("choices") and chunk["choices"][0].get("text"):
+            # One chunk per generated token. The random model's ids mostly lie outside the tiny
+            # tokenizer's vocabulary and decode to "", so the first token is the first chunk with a
+            # choice, whatever its text.
+            if first is None and chunk.get("choices"):
                 first = time.perf_counter() - started
             if chunk.get("usage"):
                 tokens = chunk["usage"]["completion_tokens"]

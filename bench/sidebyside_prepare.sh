@@ -50,7 +50,10 @@ if [ ! -x "$B/vllm-venv/bin/python" ]; then
     "$uv" venv "$B/vllm-venv" -p "$(command -v python3.11)"
     wheelhouse=$(pip config get global.find-links 2>/dev/null || echo /opt/wheels)
     "$uv" pip install --python "$B/vllm-venv/bin/python" --find-links "$wheelhouse" \
-        -r "$REPO/images/cpu/locks/amd64-py311.txt"
+        --no-deps -r "$REPO/images/cpu/locks/amd64-py311.txt"
+    # The lock is the whole set; --no-deps keeps the resolver from adding what the image leaves out:
+    # PyPI's torchvision/torchaudio/torchcodec (CUDA builds that break `import vllm` against CPU torch,
+    # matrix.yaml cpu engine.index_only) and triton (engine.remove_packages).
 fi
 # vLLM's CPU guide: preload TCMalloc (the image does, matrix.yaml cpu preload).
 test -f /usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4 || apt-get install -y -q libtcmalloc-minimal4
