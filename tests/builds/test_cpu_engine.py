@@ -14,10 +14,12 @@ import io
 import json
 import re
 import shutil
+import socket
 import subprocess
 import tarfile
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 import openai
@@ -306,6 +308,152 @@ def test_airgap_bundle_imported_on_a_second_engine_verifies_and_serves(cpu_build
     finally:
         subprocess.run([*docker, "rm", "-f", name], capture_output=True, timeout=120)
         subprocess.run([*engine, "stop", AIRGAP_NODE], capture_output=True, timeout=120)
+
+
+# A signed safetensors model, verified by the launcher, then served by vLLM (issue 34 on the vLLM path;
+# tests/model/test_model_serve_docker.py proves the same for the feiteng image with llama.cpp and a GGUF).
+# These run before the `server` fixture's container exists, so at most one vLLM runs at a time.
+
+AMD64 = "linux/amd64"
+MODEL_KEYS = ("--model-key", "/keys/sm2.pub", "--model-key", "/keys/cosign.pub")  # docs/models.md §3
+SAFETENSORS = "model.safetensors"  # tools/make_tiny_model.py's one weights file
+VLLM_STARTED = ("vLLM API server", "Uvicorn running", "Starting vLLM")  # vLLM's own lines once it starts
+
+
+@dataclass(frozen=True)
+class SignedModel:
+    image: str  # the cpu image by digest
+    ref: str  # oci://127.0.0.1:5000/xcforge-test-…/tiny-st@sha256:… (packed, pushed, signed)
+    unpacked: Path  # `model unpack` of it: the files and .xcforge-model/ (world-readable)
+    pub: Path  # sm2.pub and cosign.pub, mounted at /keys
+    run_flags: tuple[str, ...]  # what the `server` fixture gives the image: memory, cpus, shm, serve_env
+
+
+def _docker(*argv: str, timeout: int = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["/usr/bin/docker", *argv], capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def _readable(folder: Path) -> Path:
+    """The image runs as uid 2000: a mounted tree must be world-readable (pytest's tmp is 0700)."""
+    folder.chmod(0o755)
+    for path in folder.rglob("*"):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    return folder
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def signed_model(cpu_build, tmp_path_factory):
+    """The project's tiny safetensors model (tools/make_tiny_model.py) packed and pushed to the local
+    registry, then signed there with SM2 + cosign keys made here, the operator's steps one by one."""
+    from xcforge.config.matrix import load_matrix
+    from xcforge.smoke.checks import tiny_model
+
+    tmp = tmp_path_factory.mktemp("signed-model")
+    keys = write_keys(tmp)
+    pub = tmp / "pub"
+    pub.mkdir()
+    shutil.copy(keys.sm2_pub, pub / "sm2.pub")
+    shutil.copy(keys.cosign_pub, pub / "cosign.pub")
+    _readable(pub)
+    repo = f"{REGISTRY}/xcforge-test-{uuid.uuid4().hex[:8]}/models"
+    with tiny_model(tmp / "tiny") as tiny:
+        packed = cli("model", "pack", str(tiny), "--name", "tiny-st:1", "--dist", str(tmp / "pack"),
+                     "--registry", repo, "--push", "--no-audit")  # fmt: skip
+    assert packed.returncode == 0, packed.stderr[-3000:]
+    digest = next(line.split()[1] for line in packed.stdout.splitlines() if line.startswith("digest"))
+    assert "format       safetensors" in packed.stdout, packed.stdout
+    source = f"{repo}/tiny-st@{digest}"
+    signed = cli("model", "sign", source, "--sm2-key", str(keys.sm2_key), "--cosign-key", str(keys.cosign_key),
+                 "--no-audit")  # fmt: skip
+    assert signed.returncode == 0, signed.stderr[-3000:]
+    trust = ["--sm2-key", str(keys.sm2_pub), "--cosign-key", str(keys.cosign_pub), "--no-audit"]
+    unpacked = cli("model", "unpack", source, str(tmp / "unpacked"), *trust)
+    assert unpacked.returncode == 0, unpacked.stderr[-3000:]
+
+    target = load_matrix(REPO / "matrix.yaml").targets["cpu"]
+    flags = ["--shm-size", str(target.runtime.shm_size), "--memory", "6g", "--cpus", "2"]
+    for key, value in target.smoke.serve_env.items():  # VLLM_CPU_KVCACHE_SPACE=1
+        flags += ["-e", f"{key}={value}"]
+    image = f"{REGISTRY}/{cpu_build['repo']}@{cpu_build['report']['digest']}"
+    had_image = _docker("image", "inspect", image).returncode == 0
+    pulled = _docker("pull", "--platform", AMD64, image, timeout=1800)
+    assert pulled.returncode == 0, pulled.stderr
+    try:
+        yield SignedModel(image, f"oci://{source}", _readable(tmp / "unpacked"), pub, tuple(flags))
+    finally:
+        if not had_image:  # pulled for these tests only: the disk is not ours to fill
+            _docker("rmi", "-f", image)
+        repository, _, manifest_digest = source.split("/", 1)[1].partition("@")
+        with contextlib.suppress(requests.RequestException):
+            requests.delete(f"http://{REGISTRY}/v2/{repository}/manifests/{manifest_digest}", timeout=30)
+
+
+def test_a_signed_safetensors_model_by_reference_is_verified_then_served_by_vllm(signed_model):
+    """`docker run IMAGE --model oci://…@sha256:… --model-key /keys/sm2.pub --model-key /keys/cosign.pub`
+    (docs/models.md §3): the launcher fetches the artifact, checks both signatures and every file's
+    SHA-256, and only then hands the fetched directory to vLLM, which answers an OpenAI completion."""
+    from xcforge.smoke.checks import ServedContainer, wait_healthy
+
+    port, name = _free_port(), f"xcforge-signed-vllm-{uuid.uuid4().hex[:6]}"
+    # host network: the model's registry listens on this machine's loopback
+    flags = ["run", "-d", "--name", name, "--platform", AMD64, "--network", "host", *signed_model.run_flags,
+             "-v", f"{signed_model.pub}:/keys:ro"]  # fmt: skip
+    serve = ["--model", signed_model.ref, *MODEL_KEYS, "--served-model-name", "tiny", "--max-model-len", "512",
+             "--port", str(port)]  # fmt: skip
+    try:
+        started = _docker(*flags, signed_model.image, *serve)
+        assert started.returncode == 0, started.stderr
+        healthy, detail = wait_healthy(ServedContainer(name, port, "tiny"), timeout=600)
+        assert healthy, detail + _docker("logs", name).stderr[-3000:]
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x", timeout=120)
+        assert [m.id for m in client.models.list().data] == ["tiny"]
+        done = client.completions.create(model="tiny", prompt="Hello", max_tokens=8, temperature=0)
+        assert done.usage is not None and done.usage.completion_tokens > 0 and done.choices[0].text
+        logs = _docker("logs", name).stderr
+    finally:
+        _docker("rm", "-f", name)
+    digest = signed_model.ref.split("@")[1]
+    lines = logs.splitlines()
+    assert f"[xcforge] fetch: GET http://{REGISTRY}/v2/" in logs, logs[-3000:]
+    verified = [i for i, line in enumerate(lines) if line.startswith("[xcforge]") and " verified (signature by " in line
+                and digest[7:19] in line]  # fmt: skip
+    started_at = [i for i, line in enumerate(lines) if line.startswith(("[xcforge] exec:", "[xcforge] run:"))]
+    assert verified and started_at and verified[0] < started_at[0], logs[-3000:]
+    assert "sm2" in lines[verified[0]] and "cosign" in lines[verified[0]], lines[verified[0]]
+    # vLLM was given the verified, fetched directory (not the oci:// reference)
+    store = f"/var/cache/xcforge/store/{digest.removeprefix('sha256:')}"
+    assert store in lines[started_at[0]], lines[started_at[0]]
+    assert "oci://" not in lines[started_at[0]]
+    print(lines[verified[0]], lines[started_at[0]], f"completion: {done.choices[0].text!r}", sep="\n")
+
+
+def test_a_flipped_byte_in_the_safetensors_is_refused_before_vllm_starts(signed_model, tmp_path):
+    """A mounted copy of the unpacked model with one byte of its weights flipped: one `[xcforge] error:`
+    line naming the file, exit 6, and vLLM never started."""
+    copy = tmp_path / "model"
+    shutil.copytree(signed_model.unpacked, copy)
+    weights = copy / SAFETENSORS
+    data = bytearray(weights.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    weights.write_bytes(bytes(data))
+    done = _docker("run", "--rm", "--platform", AMD64, *signed_model.run_flags, "-v", f"{signed_model.pub}:/keys:ro",
+                   "-v", f"{_readable(copy)}:/models/tiny:ro", signed_model.image, "--model", "/models/tiny",
+                   *MODEL_KEYS, "--served-model-name", "tiny", "--max-model-len", "512")  # fmt: skip
+    output = done.stdout + done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("[xcforge] error:")]
+    assert done.returncode == 6, (done.returncode, output[-3000:])
+    assert len(errors) == 1, output[-3000:]
+    assert f"file {SAFETENSORS} differs from the signed model" in errors[0], errors[0]
+    assert "Traceback" not in output
+    assert not any(line.startswith(("[xcforge] exec:", "[xcforge] run:")) for line in done.stderr.splitlines())
+    assert not any(word in output for word in VLLM_STARTED), output[-3000:]
+    print(errors[0])
 
 
 @pytest.fixture(scope="module")
