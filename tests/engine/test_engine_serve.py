@@ -6,13 +6,16 @@ import json
 import os
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
 from engine_fakes import CPUINFO_PHYTIUM, CPUINFO_X86_AMX, ENGINE, GIB
+from xcforge_engine.backends.cpu import compile_toolchain
 from xcforge_engine.cli import main
 from xcforge_engine.errors import PreflightFailed, UsageError
 from xcforge_engine.health import health_url
+from xcforge_engine.host import Host
 from xcforge_engine.image import load_image_facts
 from xcforge_engine.modelinfo import LocalModel, weight_bytes
 from xcforge_engine.serve import API_SERVER_MODULE, parse_serve_args, plan_serve, write_state
@@ -143,6 +146,24 @@ def test_compilation_flags_replace_enforce_eager(cpu_box, env_for, flags):
     p = plan(cpu_box, env_for("cpu"), "--model", "/models/m", *flags)
     assert p.argv.count("--enforce-eager") == flags.count("--enforce-eager")
     assert p.argv[-len(flags) :] == flags
+
+
+def test_with_a_compiler_and_python_headers_vllm_compiles_as_it_does_by_default(cpu_box, env_for, capsys):
+    """vLLM's CPU default is torch.compile; eager only costs throughput (docs/benchmarks.md §8)."""
+    cpu_box.write("/usr/bin/g++", "")
+    cpu_box.write(sysconfig.get_path("include") + "/Python.h", "")
+    p = plan(cpu_box, env_for("cpu", PATH="/usr/local/bin:/usr/bin"), "--model", "/models/m")
+    assert "--enforce-eager" not in p.argv and "TORCHDYNAMO_DISABLE" not in p.env_changes
+    assert by_name(p)["torch.compile"].log_line().startswith("torch.compile=/usr/bin/g++ (why: vLLM's default")
+    # a compiler alone is not enough: inductor's kernels include Python.h
+    cpu_box.path(sysconfig.get_path("include") + "/Python.h").unlink()
+    p = plan(cpu_box, env_for("cpu", PATH="/usr/bin"), "--model", "/models/m")
+    assert "--enforce-eager" in p.argv and p.env_changes["TORCHDYNAMO_DISABLE"] == "1"
+    assert "no Python.h in" in by_name(p)["--enforce-eager"].why
+    # CXX names the compiler torch uses
+    cpu_box.write(sysconfig.get_path("include") + "/Python.h", "")
+    p = plan(cpu_box, env_for("cpu", PATH="/usr/bin", CXX="/opt/gcc/bin/g++"), "--model", "/models/m")
+    assert "no C++ compiler (/opt/gcc/bin/g++) in the image" in by_name(p)["--enforce-eager"].why
 
 
 def test_operator_dtype_wins_over_cpu_features(machine, env_for):
@@ -339,7 +360,9 @@ def test_serve_execs_the_api_server_in_place(tmp_path):
     served = json.loads(out)
     assert served["pid"] == child.pid  # exec, not a child process: signals reach the server
     assert served["argv"][-4:] == ["--model", str(tmp_path / "tiny"), "--max-num-seqs", "4"]
-    assert "--enforce-eager" in served["argv"]
+    # eager only where this machine lacks torch.compile's toolchain (g++ and Python.h)
+    compiler, _ = compile_toolchain(Host.real(), env)
+    assert ("--enforce-eager" in served["argv"]) == (compiler is None)
     assert served["kv"] == "1" and served["bind"]
     assert "[xcforge] exec: " in err
     assert json.loads((tmp_path / "state" / "serve.json").read_text())["pid"] == child.pid

@@ -648,6 +648,9 @@ class EmulatedCpu(_Frozen):
     serves_on: str
     # Models the image's ISA gate must refuse with its one-line error (exit 3), e.g. cortex-a72.
     refuses: tuple[str, ...] = ()
+    # Serve arguments added under emulation only, each with its reason in matrix.yaml (e.g.
+    # --enforce-eager: torch.compile running gcc under QEMU takes far longer than the smoke waits).
+    serve_args: tuple[str, ...] = ()
 
     @field_validator("serves_on", "refuses")
     @classmethod

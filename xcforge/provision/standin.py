@@ -1,7 +1,7 @@
 """Stand-in base images: Debian bookworm rootfs images pushed under the mirrored names of vendor bases.
 
 Vendor bases (NVIDIA CUDA, Huawei CANN, Cambricon PyTorch) cannot be pulled on build and test machines,
-so each one gets a stand-in: a minimal Debian bookworm rootfs (python3, python3-venv, ca-certificates)
+so each one gets a stand-in: a minimal Debian bookworm rootfs (python3, python3-venv, libpython3-dev, ca-certificates)
 for linux/amd64 and linux/arm64, labelled with the original reference and pushed to the local registry
 as ``<registry>/standin/<fully qualified original ref>``. A stand-in is never reported as the vendor
 image; the label ``io.xcforge.stand-in`` and the file ``/etc/xcforge-stand-in`` say what it stands for.
@@ -56,7 +56,9 @@ LABEL_RECIPE = "io.xcforge.stand-in.recipe"
 STANDIN_FILE = "etc/xcforge-stand-in"
 
 SUITE = "bookworm"
-PACKAGES = ("python3", "python3-venv", "ca-certificates")
+# libpython3-dev: CPython's headers, which the real bases' Pythons carry (docker.io/library/python
+# keeps /usr/local/include/python3.X) and torch.compile's kernels include (Python.h).
+PACKAGES = ("python3", "python3-venv", "libpython3-dev", "ca-certificates")
 # Bump when the rootfs recipe changes in a way the arguments below do not show.
 RECIPE_VERSION = "1"
 # The stand-in's apt sources are the build machine's own, so `apt-get update` inside a stand-in

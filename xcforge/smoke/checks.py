@@ -287,6 +287,7 @@ class Emulation:
 
     cpu: str
     cpuinfo: Path
+    serve_args: tuple[str, ...] = ()
 
     def docker_flags(self) -> list[str]:
         return ["-e", f"QEMU_CPU={self.cpu}", "-v", f"{self.cpuinfo}:/proc/cpuinfo:ro"]
@@ -320,9 +321,10 @@ def served(subject: SmokeSubject, model_dir: Path, *, extra_env: dict[str, str] 
     """`docker run -d` the image serving model_dir (through the SDK); always removed afterwards."""
     port = _free_port()
     target = subject.target
+    command = ("--model", "/models/tiny", "--served-model-name", "tiny", "--max-model-len", "512")
     spec = RunSpec(
         image=subject.ref,
-        command=("--model", "/models/tiny", "--served-model-name", "tiny", "--max-model-len", "512"),
+        command=command + (emulation.serve_args if emulation else ()),
         name=f"xcforge-serve-{uuid.uuid4().hex[:10]}",
         platform=platform or subject.native_platform,
         ports=(("127.0.0.1", port, target.runtime.port),),
@@ -532,7 +534,7 @@ def _emulated(subject: SmokeSubject, platform: str, spec: EmulatedCpu, model_dir
         checks = [check_isa_refusal(subject, platform, cpu, model) for cpu in spec.refuses]
         cpuinfo = emulated_cpuinfo(subject, platform, spec.serves_on, Path(tmp))
         _say(f"{subject.target.name} {platform}: serving under QEMU_CPU={spec.serves_on} (emulated: minutes)")
-        return checks + check_serve(subject, model, platform, Emulation(spec.serves_on, cpuinfo))
+        return checks + check_serve(subject, model, platform, Emulation(spec.serves_on, cpuinfo, spec.serve_args))
 
 
 def _serve_or_skip(subject: SmokeSubject, model_dir: Path | None) -> list[SmokeCheck]:

@@ -88,7 +88,7 @@ class Setting:
     value: str | None  # None: deliberately left unset
     why: str
     kept: bool = False  # given by the operator; the launcher changed nothing
-    kind: str = "env"  # env | arg
+    kind: str = "env"  # env | arg | note (logged only: what the engine will do by itself, and why)
     warning: str = ""  # logged after the setting when the value is a poor fit
 
     def log_line(self) -> str:
