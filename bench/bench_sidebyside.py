@@ -35,6 +35,7 @@ import concurrent.futures
 import contextlib
 import functools
 import http.client
+import itertools
 import json
 import os
 import random
@@ -190,6 +191,7 @@ def llamacpp(args: argparse.Namespace, phases: list[dict[str, Any]]) -> dict[str
     cpus = args.cpus
     threads = len(cpus.split(","))
     images = dict(spec.split("=", 1) for spec in args.image)
+    builds = dict(spec.split("=", 1) for spec in args.host_build)
     models = {q: Path(p).resolve() for q, p in (spec.split("=", 1) for spec in args.model)}
     rng = random.Random(0)
 
@@ -200,14 +202,15 @@ def llamacpp(args: argparse.Namespace, phases: list[dict[str, Any]]) -> dict[str
     for quant, gguf in models.items():
         log(f"{quant}: {gguf} ({gguf.stat().st_size / 2**20:.0f} MiB)")
 
-        def native(gguf: Path = gguf, quant: str = quant) -> Server:
+        def native(gguf: Path = gguf, quant: str = quant, name: str = "native", binary: str = args.native) -> Server:
             port = free_port()
-            argv = ["taskset", "-c", cpus, args.native, "--model", str(gguf), "--host", "127.0.0.1",
+            argv = ["taskset", "-c", cpus, binary, "--model", str(gguf), "--host", "127.0.0.1",
                     "--port", str(port), "--threads", str(threads), "--ctx-size", "4096", "--parallel", "1",
                     "--metrics", "--jinja"]  # fmt: skip
-            return process_server("native", argv, {}, Path(args.workdir) / f"native-{quant}.log", port)
+            return process_server(name, argv, {}, Path(args.workdir) / f"{name}-{quant}.log", port)
 
         starts: list[Callable[[], Server]] = [native]
+        starts += [functools.partial(native, name=name, binary=binary) for name, binary in builds.items()]
         for name, ref in images.items():
             mount = ["--cpuset-cpus", cpus, "--shm-size=64m", "-v", f"{gguf.parent}:/model:ro"]
             starts.append(functools.partial(docker_server, name, ref, mount, ["--model", "/model"]))
@@ -244,7 +247,7 @@ def llamacpp(args: argparse.Namespace, phases: list[dict[str, Any]]) -> dict[str
                 metric: ratio_stats([rd[name][f"{metric}_tps"] / rd["native"][f"{metric}_tps"] for rd in rounds])
                 for metric in ("pp", "tg")
             }
-            for name in images
+            for name in [*images, *builds]
         }
         results["models"][quant] = {
             "file": str(gguf),
@@ -358,12 +361,30 @@ def vllm(args: argparse.Namespace, phases: list[dict[str, Any]]) -> dict[str, An
     model = Path(args.model).resolve()
     python = str(Path(args.venv) / "bin" / "python")
 
+    # docs/operators.md §3 "cpu": exactly these flags; VLLM_CPU_* unset, so the launcher derives them.
+    flags = ["--shm-size=4g", "--security-opt", "seccomp=unconfined", "--cap-add", "SYS_NICE"]
+
     def image() -> Server:
-        # docs/operators.md §3 "cpu": exactly these flags; VLLM_CPU_* unset, so the launcher derives them.
-        flags = ["--shm-size=4g", "--security-opt", "seccomp=unconfined", "--cap-add", "SYS_NICE"]
         return docker_server("image", args.image, [*flags, "-v", f"{model}:/model:ro"], ["--model", "/model"])
 
-    def host() -> Server:
+    def image_eager() -> Server:
+        # the launcher's choice before the image carried a compiler
+        return docker_server("image-eager", args.image, [*flags, "-v", f"{model}:/model:ro"],
+                             ["--model", "/model", "--enforce-eager"])  # fmt: skip
+
+    def image_hostnet() -> Server:
+        # the image without Docker's port publishing: a client on the same machine otherwise goes
+        # through docker-proxy, a userland copy of every byte (a remote client goes through iptables)
+        port = free_port()
+        server = docker_server("image-hostnet", args.image, [*flags, "--network", "host", "-v", f"{model}:/model:ro"],
+                               ["--model", "/model", "--host", "127.0.0.1", "--port", str(port)])  # fmt: skip
+        server.port = port  # the server's own port: nothing is published
+        return server
+
+    def host_eager() -> Server:
+        return host(eager=True)
+
+    def host(eager: bool = False) -> Server:
         # vLLM's CPU installation guide, "Related runtime environment variables" and "Performance tips"
         # (https://docs.vllm.ai/en/latest/getting_started/installation/cpu.html): VLLM_CPU_KVCACHE_SPACE
         # in GiB, the OpenMP threads bound with VLLM_CPU_OMP_THREADS_BIND, --dtype=bfloat16 (its docker run
@@ -377,12 +398,19 @@ def vllm(args: argparse.Namespace, phases: list[dict[str, Any]]) -> dict[str, An
         }
         argv = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model), "--dtype", "bfloat16",
                 "--host", "127.0.0.1", "--port", str(port)]  # fmt: skip
-        return process_server("host", argv, env, Path(args.workdir) / "vllm-host.log", port)
+        name = "host"
+        if eager:  # what the image's launcher passes without a compiler
+            argv.append("--enforce-eager")
+            env["TORCHDYNAMO_DISABLE"] = "1"
+            name = "host-eager"
+        return process_server(name, argv, env, Path(args.workdir) / f"vllm-{name}.log", port)
 
-    contestants = [("image", image), ("host", host)]
+    extras = {"image-eager": image_eager, "image-hostnet": image_hostnet, "host-eager": host_eager}
+    contestants = [("image", image), ("host", host)] + [(name, extras[name]) for name in args.also]
     rounds: list[dict[str, Any]] = []
     for r in range(args.rounds):
-        order = contestants if r % 2 == 0 else contestants[::-1]
+        k = r % len(contestants)  # rotated: every contestant starts a round in turn
+        order = contestants[k:] + contestants[:k]
         this: dict[str, Any] = {"order": [n for n, _ in order]}
         for name, start in order:
             with (
@@ -398,38 +426,52 @@ def vllm(args: argparse.Namespace, phases: list[dict[str, Any]]) -> dict[str, An
                     f"c16 {c16['output_tps']:.1f} tok/s TTFT p50 {c16['ttft_p50_s'] * 1e3:.0f} ms")  # fmt: skip
             this[name] = {"c1": c1, "c16": c16, "argv": server.argv, **server.facts}
         rounds.append(this)
-    ratios: dict[str, Any] = {}
-    for c in ("c1", "c16"):
-        ratios[c] = {
-            "output_tps": ratio_stats([rd["image"][c]["output_tps"] / rd["host"][c]["output_tps"] for rd in rounds]),
-            # TTFT: host / image, so that above 1 means the image is faster here too
-            "ttft_p50": ratio_stats([rd["host"][c]["ttft_p50_s"] / rd["image"][c]["ttft_p50_s"] for rd in rounds]),
-            "ttft_p99": ratio_stats([rd["host"][c]["ttft_p99_s"] / rd["image"][c]["ttft_p99_s"] for rd in rounds]),
+
+    def ratios_of(who: str) -> dict[str, Any]:
+        return {
+            c: {
+                "output_tps": ratio_stats([rd[who][c]["output_tps"] / rd["host"][c]["output_tps"] for rd in rounds]),
+                # TTFT: host / contestant, so that above 1 means the contestant is faster here too
+                "ttft_p50": ratio_stats([rd["host"][c]["ttft_p50_s"] / rd[who][c]["ttft_p50_s"] for rd in rounds]),
+                "ttft_p99": ratio_stats([rd["host"][c]["ttft_p99_s"] / rd[who][c]["ttft_p99_s"] for rd in rounds]),
+            }
+            for c in ("c1", "c16")
         }
-    return {"image": args.image, "venv": args.venv, "model": str(model), "rounds": rounds, "ratios": ratios}
+
+    others = [name for name, _ in contestants if name != "host"]
+    return {
+        "image": args.image,
+        "venv": args.venv,
+        "model": str(model),
+        "rounds": rounds,
+        "ratios": ratios_of("image"),
+        "ratios_by_contestant": {name: ratios_of(name) for name in others},
+    }
 
 
 def render_vllm(res: dict[str, Any]) -> str:
     rows = []
-    for c, label in (("c1", "1"), ("c16", "16")):
+    by = res.get("ratios_by_contestant") or {"image": res["ratios"]}
+    for (who, ratios), (c, label) in itertools.product(by.items(), (("c1", "1"), ("c16", "16"))):
         rds = res["rounds"]
 
         def med(who: str, key: str, c: str = c, rds: list[dict[str, Any]] = rds) -> float:
             return float(statistics.median(rd[who][c][key] for rd in rds))
 
-        r = res["ratios"][c]
+        r = ratios[c]
         rows.append([
+            who,
             label,
-            f"{med('image', 'output_tps'):.1f} / {med('host', 'output_tps'):.1f}",
+            f"{med(who, 'output_tps'):.1f} / {med('host', 'output_tps'):.1f}",
             fmt_ratio(r["output_tps"]),
-            f"{med('image', 'ttft_p50_s') * 1e3:.0f} / {med('host', 'ttft_p50_s') * 1e3:.0f} ms",
+            f"{med(who, 'ttft_p50_s') * 1e3:.0f} / {med('host', 'ttft_p50_s') * 1e3:.0f} ms",
             fmt_ratio(r["ttft_p50"]),
-            f"{med('image', 'ttft_p99_s') * 1e3:.0f} / {med('host', 'ttft_p99_s') * 1e3:.0f} ms",
+            f"{med(who, 'ttft_p99_s') * 1e3:.0f} / {med('host', 'ttft_p99_s') * 1e3:.0f} ms",
             fmt_ratio(r["ttft_p99"]),
         ])  # fmt: skip
     header = [
-        "concurrency", "output tok/s (image / host)", "ratio image/host", "TTFT P50 (image / host)",
-        "ratio host/image", "TTFT P99 (image / host)", "ratio host/image",
+        "contestant", "concurrency", "output tok/s (it / host)", "ratio it/host", "TTFT P50 (it / host)",
+        "ratio host/it", "TTFT P99 (it / host)", "ratio host/it",
     ]  # fmt: skip
     return markdown_table(header, rows)
 
@@ -442,7 +484,8 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="engine", required=True)
     lp = sub.add_parser("llamacpp", help="feiteng image(s) against llama-server built natively")
     lp.add_argument("--native", required=True, help="the llama-server built with -DGGML_NATIVE=ON")
-    lp.add_argument("--image", action="append", required=True, help="NAME=REF of a feiteng image (repeatable)")
+    lp.add_argument("--image", action="append", default=[], help="NAME=REF of a feiteng image (repeatable)")
+    lp.add_argument("--host-build", action="append", default=[], help="NAME=PATH: another llama-server built here")
     lp.add_argument("--model", action="append", required=True, help="QUANT=FILE.gguf, alone in its directory")
     lp.add_argument("--vocab", type=int, default=151936, help="the models' vocabulary size (random prompt ids)")
     lp.add_argument("--cpus", default="0,1", help="the cores every contestant is pinned to")
@@ -456,6 +499,9 @@ def main(argv: list[str] | None = None) -> int:
     vp.add_argument("--c1-requests", type=int, default=4)
     vp.add_argument("--c16-requests", type=int, default=32)
     vp.add_argument("--max-tokens", type=int, default=64)
+    vp.add_argument("--also", action="append", default=[], choices=["image-eager", "image-hostnet", "host-eager"],
+                    help="more contestants, each against the host: the image forced eager, the image on the "
+                         "host's network (no docker-proxy), the host forced eager (repeatable)")  # fmt: skip
     for p in (lp, vp):
         p.add_argument("--rounds", type=int, default=3)
         p.add_argument("--workdir", default="/var/tmp/xcforge-bench", help="server logs go here")
