@@ -82,13 +82,13 @@ def post_json(port: int, path: str, body: dict[str, Any], timeout: float = 600) 
         conn.close()
 
 
-def wait_health(port: int, what: str, limit_s: float, alive: Callable[[], bool]) -> float:
+def wait_health(port: int, what: str, limit_s: float, alive: Callable[[], bool], host: str = "127.0.0.1") -> float:
     started = time.monotonic()
     while time.monotonic() - started < limit_s:
         if not alive():
             raise SystemExit(f"{what} exited before /health answered")
         with contextlib.suppress(OSError, http.client.HTTPException):
-            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+            conn = http.client.HTTPConnection(host, port, timeout=5)
             conn.request("GET", "/health")
             if conn.getresponse().status == 200:
                 return time.monotonic() - started
@@ -109,12 +109,18 @@ class Server:
     stop: Callable[[], None]
     argv: list[str]
     facts: dict[str, Any] = field(default_factory=dict)
+    host: str = "127.0.0.1"
 
 
-def docker_server(name: str, image: str, docker_args: list[str], image_args: list[str]) -> Server:
+def docker_server(
+    name: str, image: str, docker_args: list[str], image_args: list[str], *, publish: bool = True
+) -> Server:
+    """`docker run -d` with port 8000 published on loopback, or (publish=False) reached at the
+    container's own address on Docker's bridge."""
     port = free_port()
     container = f"xcforge-side-{name}-{os.getpid()}"
-    argv = [DOCKER, "run", "-d", "--name", container, "-p", f"127.0.0.1:{port}:8000", *docker_args, image, *image_args]
+    published = ["-p", f"127.0.0.1:{port}:8000"] if publish else []
+    argv = [DOCKER, "run", "-d", "--name", container, *published, *docker_args, image, *image_args]
     proc = echo_run(argv, capture_output=True)
     if proc.returncode != 0:
         raise SystemExit(f"docker run failed: {proc.stderr.strip()}")
@@ -129,6 +135,10 @@ def docker_server(name: str, image: str, docker_args: list[str], image_args: lis
         echo_run([DOCKER, "rm", "-f", container], capture_output=True)
 
     server = Server(name, port, alive, stop, argv, {"container": container})
+    if not publish:
+        fmt = "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}"
+        address = subprocess.run([DOCKER, "inspect", "-f", fmt, container], capture_output=True, text=True)
+        server.host, server.port = address.stdout.strip(), 8000
     return server
 
 
@@ -160,8 +170,9 @@ def process_server(name: str, argv: list[str], env: dict[str, str], log_path: Pa
 def running(start: Callable[[], Server], limit_s: float) -> Iterator[Server]:
     server = start()
     try:
-        server.facts["health_s"] = round(wait_health(server.port, server.name, limit_s, server.alive), 1)
-        log(f"{server.name}: /health 200 after {server.facts['health_s']} s (port {server.port})")
+        health = wait_health(server.port, server.name, limit_s, server.alive, server.host)
+        server.facts["health_s"] = round(health, 1)
+        log(f"{server.name}: /health 200 after {server.facts['health_s']} s ({server.host}:{server.port})")
         yield server
     finally:
         server.stop()
@@ -295,7 +306,7 @@ PROMPT = (
 )
 
 
-def stream_completion(port: int, model: str, max_tokens: int) -> dict[str, Any]:
+def stream_completion(port: int, model: str, max_tokens: int, host: str = "127.0.0.1") -> dict[str, Any]:
     body = {
         "model": model,
         "prompt": PROMPT,
@@ -306,7 +317,7 @@ def stream_completion(port: int, model: str, max_tokens: int) -> dict[str, Any]:
         "stream_options": {"include_usage": True},
     }
     started = time.perf_counter()
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=900)
+    conn = http.client.HTTPConnection(host, port, timeout=900)
     first, tokens, prompt_tokens = None, 0, 0
     try:
         conn.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
@@ -331,10 +342,10 @@ def stream_completion(port: int, model: str, max_tokens: int) -> dict[str, Any]:
     return {"ttft_s": first, "total_s": time.perf_counter() - started, "tokens": tokens, "prompt_tokens": prompt_tokens}
 
 
-def vllm_load(port: int, model: str, concurrency: int, requests: int, max_tokens: int) -> dict[str, Any]:
+def vllm_load(server: Server, model: str, concurrency: int, requests: int, max_tokens: int) -> dict[str, Any]:
     started = time.perf_counter()
     with concurrent.futures.ThreadPoolExecutor(max_workers=concurrency) as pool:
-        done = list(pool.map(lambda _: stream_completion(port, model, max_tokens), range(requests)))
+        done = list(pool.map(lambda _: stream_completion(server.port, model, max_tokens, server.host), range(requests)))
     wall = time.perf_counter() - started
     ttfts = [d["ttft_s"] for d in done if d["ttft_s"] is not None]
     tokens = sum(d["tokens"] for d in done)
@@ -351,8 +362,8 @@ def vllm_load(port: int, model: str, concurrency: int, requests: int, max_tokens
     }
 
 
-def served_model(port: int) -> str:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+def served_model(server: Server) -> str:
+    conn = http.client.HTTPConnection(server.host, server.port, timeout=30)
     conn.request("GET", "/v1/models")
     return str(json.loads(conn.getresponse().read())["data"][0]["id"])
 
@@ -381,6 +392,12 @@ def vllm(args: argparse.Namespace, phases: list[dict[str, Any]]) -> dict[str, An
         server.port = port  # the server's own port: nothing is published
         return server
 
+    def image_bridge() -> Server:
+        # the documented run, nothing published: the client reaches the container on Docker's bridge,
+        # the path a client on another machine takes after the published port's iptables rule
+        return docker_server("image-bridge", args.image, [*flags, "-v", f"{model}:/model:ro"],
+                             ["--model", "/model"], publish=False)  # fmt: skip
+
     def host_eager() -> Server:
         return host(eager=True)
 
@@ -405,7 +422,12 @@ def vllm(args: argparse.Namespace, phases: list[dict[str, Any]]) -> dict[str, An
             name = "host-eager"
         return process_server(name, argv, env, Path(args.workdir) / f"vllm-{name}.log", port)
 
-    extras = {"image-eager": image_eager, "image-hostnet": image_hostnet, "host-eager": host_eager}
+    extras = {
+        "image-eager": image_eager,
+        "image-hostnet": image_hostnet,
+        "image-bridge": image_bridge,
+        "host-eager": host_eager,
+    }
     contestants = [("image", image), ("host", host)] + [(name, extras[name]) for name in args.also]
     rounds: list[dict[str, Any]] = []
     for r in range(args.rounds):
@@ -417,11 +439,11 @@ def vllm(args: argparse.Namespace, phases: list[dict[str, Any]]) -> dict[str, An
                 running(start, 900) as server,
                 measuring(phases, f"vllm round {r + 1} {name}", limit_s=args.wait_minutes * 60),
             ):
-                served = served_model(server.port)
-                vllm_load(server.port, served, 1, 1, args.max_tokens)  # warm-up
-                vllm_load(server.port, served, 16, 16, args.max_tokens)
-                c1 = vllm_load(server.port, served, 1, args.c1_requests, args.max_tokens)
-                c16 = vllm_load(server.port, served, 16, args.c16_requests, args.max_tokens)
+                served = served_model(server)
+                vllm_load(server, served, 1, 1, args.max_tokens)  # warm-up
+                vllm_load(server, served, 16, 16, args.max_tokens)
+                c1 = vllm_load(server, served, 1, args.c1_requests, args.max_tokens)
+                c16 = vllm_load(server, served, 16, args.c16_requests, args.max_tokens)
                 log(f"round {r + 1} {name}: c1 {c1['output_tps']:.1f} tok/s TTFT p50 {c1['ttft_p50_s'] * 1e3:.0f} ms; "
                     f"c16 {c16['output_tps']:.1f} tok/s TTFT p50 {c16['ttft_p50_s'] * 1e3:.0f} ms")  # fmt: skip
             this[name] = {"c1": c1, "c16": c16, "argv": server.argv, **server.facts}
@@ -499,9 +521,11 @@ def main(argv: list[str] | None = None) -> int:
     vp.add_argument("--c1-requests", type=int, default=4)
     vp.add_argument("--c16-requests", type=int, default=32)
     vp.add_argument("--max-tokens", type=int, default=64)
-    vp.add_argument("--also", action="append", default=[], choices=["image-eager", "image-hostnet", "host-eager"],
+    vp.add_argument("--also", action="append", default=[],
+                    choices=["image-eager", "image-hostnet", "image-bridge", "host-eager"],
                     help="more contestants, each against the host: the image forced eager, the image on the "
-                         "host's network (no docker-proxy), the host forced eager (repeatable)")  # fmt: skip
+                         "host's network (no docker-proxy), the image reached at its bridge address (no "
+                         "docker-proxy, nothing published), the host forced eager (repeatable)")  # fmt: skip
     for p in (lp, vp):
         p.add_argument("--rounds", type=int, default=3)
         p.add_argument("--workdir", default="/var/tmp/xcforge-bench", help="server logs go here")
