@@ -54,17 +54,19 @@ MiB = 1024 * 1024
 PYTHON = str(REPO / ".venv" / "bin" / "python") if (REPO / ".venv" / "bin" / "python").exists() else sys.executable
 
 
+def files_under(*paths: Path) -> list[Path]:
+    return [f for path in paths for f in ([path] if path.is_file() else sorted(path.rglob("*"))) if f.is_file()]
+
+
 def evict(*paths: Path) -> None:
     """Drop these files (or every file under these directories) from the page cache."""
-    for path in paths:
-        files = [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file()]
-        for file in files:
-            fd = os.open(file, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            finally:
-                os.close(fd)
+    for file in files_under(*paths):
+        fd = os.open(file, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
 
 
 def dd(args: list[str]) -> float:
@@ -113,10 +115,6 @@ def build_py(*args: str | Path) -> subprocess.CompletedProcess[str]:
     if done.returncode != 0:
         raise SystemExit(f"build.py {' '.join(map(str, args[:3]))} failed: {done.stderr[-2000:]}")
     return done
-
-
-def files_under(*paths: Path) -> list[Path]:
-    return [f for path in paths for f in ([path] if path.is_file() else sorted(path.rglob("*"))) if f.is_file()]
 
 
 def fsync_all(*paths: Path) -> None:

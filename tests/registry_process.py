@@ -19,7 +19,8 @@ import requests
 BINARY_CANDIDATES = ("docker-registry", "registry")
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now (for a server started next)."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
@@ -50,7 +51,7 @@ class RegistryProcess:
         if binary is None:
             pytest.skip("no registry binary (Debian's docker-registry); run scripts/provision.sh")
         self.binary = binary
-        self.port = _free_port()
+        self.port = free_port()
         self._tmp = tempfile.TemporaryDirectory(prefix="xcforge-registry-")
         self._proc: subprocess.Popen[str] | None = None
 

@@ -14,7 +14,6 @@ import io
 import json
 import re
 import shutil
-import socket
 import subprocess
 import tarfile
 import time
@@ -28,6 +27,7 @@ import requests
 import yaml
 
 from tests.builds.conftest import REGISTRY, REPO, SITE, cli, manifest, registry_get
+from tests.registry_process import free_port
 from tests.transfer.conftest import write_keys
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -341,12 +341,6 @@ def _readable(folder: Path) -> Path:
     return folder
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def signed_model(cpu_build, tmp_path_factory):
     """The project's tiny safetensors model (tools/make_tiny_model.py) packed and pushed to the local
@@ -400,7 +394,7 @@ def test_a_signed_safetensors_model_by_reference_is_verified_then_served_by_vllm
     SHA-256, and only then hands the fetched directory to vLLM, which answers an OpenAI completion."""
     from xcforge.smoke.checks import ServedContainer, wait_healthy
 
-    port, name = _free_port(), f"xcforge-signed-vllm-{uuid.uuid4().hex[:6]}"
+    port, name = free_port(), f"xcforge-signed-vllm-{uuid.uuid4().hex[:6]}"
     # host network: the model's registry listens on this machine's loopback
     flags = ["run", "-d", "--name", name, "--platform", AMD64, "--network", "host", *signed_model.run_flags,
              "-v", f"{signed_model.pub}:/keys:ro"]  # fmt: skip

@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
-import socket
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -32,7 +31,7 @@ from ocicore.registry import RegistryClient
 from tests.builds.conftest import SITE
 from tests.builds.conftest import cli as build_cli
 from tests.model.model_helpers import KeyFiles, write_keys
-from tests.registry_process import RegistryProcess
+from tests.registry_process import RegistryProcess, free_port
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 DOCKER = "/usr/bin/docker"
@@ -40,12 +39,6 @@ PLATFORM = "linux/amd64"
 MAIN_REGISTRY = "127.0.0.1:5000"
 GGUF = "tiny-q8_0.gguf"
 LOGIN = {"operator": "s3cret-" + uuid.uuid4().hex[:8]}
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def run_cli(*argv: str | Path) -> tuple[int, str, str]:
@@ -246,7 +239,7 @@ def _delete_manifest(registry: str, ref: str) -> None:
 
 @contextlib.contextmanager
 def served(site: Site, name: str, *args: str, mounts: tuple[str, ...] = ()) -> Iterator[tuple[int, str]]:
-    port = _free_port()
+    port = free_port()
     container = f"xcforge-wt34-{name}-{uuid.uuid4().hex[:6]}"
     flags = ["run", "-d", "--name", container, "--platform", PLATFORM, "--network", "host",
              "-v", f"{site.pub}:/keys:ro", "--memory", "1g", "--cpus", "2"]  # fmt: skip
