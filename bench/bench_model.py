@@ -13,7 +13,12 @@ file) under --work, then measures, in each of --rounds rounds, every step an ope
    (reads and verifies the bundle, writes a second registry);
 4. `build.py model unpack ARCHIVE DIR` (reads the archive, writes the files, every chunk checked);
 5. the launcher's check, `xcforge_engine.modelverify.verify_model` on the unpacked directory, cold
-   (every file hashed), and again (the restart: the verified-state record, nothing hashed).
+   (every file hashed), and again (the restart: the verified-state record, nothing hashed);
+6. the reference for the steps that write into a registry: `curl` uploading the model's files as
+   blobs (monolithic PUT with the digest, the files side by side) into a registry process of its
+   own, i.e. what that registry ingests with the leanest client there is. push and import are also
+   compared with it (`ratio_to_disk_and_registry`: push over pack + this, import over its verify
+   read + this), since no client can write into a registry faster than the registry takes it.
 
 Every step is a new process where an operator's is (`build.py`), so Python's start is in the figure.
 Before every step the files it reads are evicted from the page cache (posix_fadvise DONTNEED after
@@ -32,6 +37,7 @@ bench/results/model.json and prints Markdown tables.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import re
@@ -127,6 +133,45 @@ def fsync_all(*paths: Path) -> None:
             os.close(fd)
 
 
+def curl_upload(registry: str, files: dict[Path, str]) -> None:
+    """Each file as a blob into `registry` (its repository `curl-reference`) with curl, all at once, as push does."""
+    uploads = []
+    for path, digest in files.items():
+        started = subprocess.run(
+            [
+                "curl",
+                "-sSf",
+                "-D",
+                "-",
+                "-o",
+                "/dev/null",
+                "-X",
+                "POST",
+                f"http://{registry}/v2/curl-reference/blobs/uploads/",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        headers = started.splitlines()
+        location = next(line.split(" ", 1)[1].strip() for line in headers if line.lower().startswith("location:"))
+        url = location if location.startswith("http") else f"http://{registry}{location}"
+        url += ("&" if "?" in url else "?") + f"digest={digest}"
+        put = ["curl", "-sSf", "-o", "/dev/null", "-X", "PUT", "-H", "Content-Type: application/octet-stream"]
+        uploads.append(subprocess.Popen([*put, "-T", str(path), url]))
+    for upload in uploads:
+        if upload.wait() != 0:
+            raise SystemExit(f"curl upload into {registry} failed")
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        while block := fh.read(4 * MiB):
+            digest.update(block)
+    return "sha256:" + digest.hexdigest()
+
+
 class Steps:
     """Per step: the seconds until it returned, and until what it wrote was on the disk as well."""
 
@@ -173,7 +218,9 @@ def main() -> int:
         "unpack": (model_bytes, model_bytes),
         "verify (launcher, cold)": (model_bytes, 0),
         "verify (restart, unchanged)": (0, 0),
+        "registry ingest (curl, reference)": (model_bytes, model_bytes),
     }
+    blobs = {path: sha256_of(path) for path in files_under(model)}
     env = {"XCFORGE_VERIFY_CACHE": str(opts.work / "state"), "PATH": os.environ["PATH"]}
     trusted = [load_key(keys / "sm2.pub"), load_key(keys / "cosign.pub")]
     for round_no in range(1, opts.rounds + 1):
@@ -231,9 +278,20 @@ def main() -> int:
             evict(unpacked)
             steps.run("verify (launcher, cold)", verify_model, unpacked, trusted, env)
             steps.run("verify (restart, unchanged)", verify_model, unpacked, trusted, env)
+            with RegistryProcess() as plain:
+                evict(model)
+                steps.run(
+                    "registry ingest (curl, reference)",
+                    curl_upload,
+                    plain.address,
+                    blobs,
+                    wrote=(Path(plain._tmp.name),),
+                )
         log(f"round {round_no}: " + ", ".join(f"{k} {v[-1]:.1f} s" for k, v in steps.durable.items()))
     rows = []
     results: dict[str, Any] = {}
+    # push = pack, then the upload; import = the verify pass's read, then the upload (the reference's)
+    against_registry: dict[str, tuple[int, str | None]] = {"push": (0, "pack"), "import": (model_bytes, None)}
     for step, seconds in steps.durable.items():
         read, written = io[step]
         floors = [read / (d["read_MBps"] * 1e6) + written / (d["write_MBps"] * 1e6) for d in disks]
@@ -256,6 +314,13 @@ def main() -> int:
             "returned_ratio_to_disk": round(statistics.median(returned_ratios), 2) if ratios else None,
         }
         results[step] = entry
+        if step in against_registry:
+            read_first, before = against_registry[step]
+            ingest = steps.durable["registry ingest (curl, reference)"]
+            first = steps.durable[before] if before else [read_first / (d["read_MBps"] * 1e6) for d in disks]
+            mixed = [s / (f + i) for s, f, i in zip(seconds, first, ingest, strict=True)]
+            entry["ratios_to_disk_and_registry"] = [round(r, 2) for r in mixed]
+            entry["ratio_to_disk_and_registry"] = round(statistics.median(mixed), 2)
         rows.append(
             [
                 step,
@@ -283,6 +348,13 @@ def main() -> int:
         "returned",
     ]
     print(markdown_table(header, rows))
+    for step in against_registry:
+        if "ratio_to_disk_and_registry" in results.get(step, {}):
+            spread = results[step]["ratios_to_disk_and_registry"]
+            print(
+                f"{step} against the disk and the registry's own ingest (curl):"
+                f" {results[step]['ratio_to_disk_and_registry']}× ({min(spread)}–{max(spread)})"
+            )
     write_results(
         "model",
         {

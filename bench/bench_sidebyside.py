@@ -13,7 +13,9 @@ llamacpp: every contestant serves the same GGUF files at once (idle llama-server
 pinned to the same cores (`--cpuset-cpus` / `taskset -c`) with the same thread count. The images
 run the documented way (`docker run ... IMAGE --model /model`), so the launcher picks their flags;
 the native llama-server gets the same flags by hand (--threads = the pinned cores, --ctx-size 4096,
---parallel 1, --metrics, --jinja). The numbers are llama-server's own `timings` per request:
+--parallel 1, --metrics, --jinja). `--in-container NAME=PATH@IMAGE` runs a llama-server built here
+inside a container of IMAGE with the images' settings (cpuset, shm, -p on loopback, those flags):
+the same binary in and out of Docker. The numbers are llama-server's own `timings` per request:
 pp = prompt_per_second of a 512-token prompt (token ids, cache_prompt false, n_predict 1),
 tg = predicted_per_second of 128 generated tokens (ignore_eos).
 
@@ -203,6 +205,7 @@ def llamacpp(args: argparse.Namespace, phases: list[dict[str, Any]]) -> dict[str
     threads = len(cpus.split(","))
     images = dict(spec.split("=", 1) for spec in args.image)
     builds = dict(spec.split("=", 1) for spec in args.host_build)
+    contained = {n: tuple(v.rsplit("@", 1)) for n, v in (spec.split("=", 1) for spec in args.in_container)}
     models = {q: Path(p).resolve() for q, p in (spec.split("=", 1) for spec in args.model)}
     rng = random.Random(0)
 
@@ -225,6 +228,21 @@ def llamacpp(args: argparse.Namespace, phases: list[dict[str, Any]]) -> dict[str
         for name, ref in images.items():
             mount = ["--cpuset-cpus", cpus, "--shm-size=64m", "-v", f"{gguf.parent}:/model:ro"]
             starts.append(functools.partial(docker_server, name, ref, mount, ["--model", "/model"]))
+        for name, (binary, base) in contained.items():
+            here = str(Path(binary).resolve().parent)  # same path inside: a DL build's RUNPATH and backends
+            mount = [
+                "--cpuset-cpus",
+                cpus,
+                "--shm-size=64m",
+                "-v",
+                f"{gguf.parent}:/model:ro",
+                "-v",
+                f"{here}:{here}:ro",
+            ]
+            mount += ["--entrypoint", str(Path(binary).resolve())]
+            serve = ["--model", f"/model/{gguf.name}", "--host", "0.0.0.0", "--port", "8000", "--threads",
+                     str(threads), "--ctx-size", "4096", "--parallel", "1", "--metrics", "--jinja"]  # fmt: skip
+            starts.append(functools.partial(docker_server, name, base, mount, serve))
         with contextlib.ExitStack() as stack:
             servers = [stack.enter_context(running(start, 300)) for start in starts]
             for server in servers:  # warm-up: page cache, first-request allocations
@@ -258,7 +276,7 @@ def llamacpp(args: argparse.Namespace, phases: list[dict[str, Any]]) -> dict[str
                 metric: ratio_stats([rd[name][f"{metric}_tps"] / rd["native"][f"{metric}_tps"] for rd in rounds])
                 for metric in ("pp", "tg")
             }
-            for name in [*images, *builds]
+            for name in [*images, *builds, *contained]
         }
         results["models"][quant] = {
             "file": str(gguf),
@@ -508,6 +526,13 @@ def main(argv: list[str] | None = None) -> int:
     lp.add_argument("--native", required=True, help="the llama-server built with -DGGML_NATIVE=ON")
     lp.add_argument("--image", action="append", default=[], help="NAME=REF of a feiteng image (repeatable)")
     lp.add_argument("--host-build", action="append", default=[], help="NAME=PATH: another llama-server built here")
+    lp.add_argument(
+        "--in-container",
+        action="append",
+        default=[],
+        help="NAME=PATH@IMAGE: a llama-server built here, run inside IMAGE (its directory mounted at the same"
+        " path, the image's settings): what Docker alone costs the same binary",
+    )
     lp.add_argument("--model", action="append", required=True, help="QUANT=FILE.gguf, alone in its directory")
     lp.add_argument("--vocab", type=int, default=151936, help="the models' vocabulary size (random prompt ids)")
     lp.add_argument("--cpus", default="0,1", help="the cores every contestant is pinned to")

@@ -42,6 +42,7 @@ from ocicore.digest import is_digest as is_digest
 from ocicore.digest import sha256_digest as sha256_digest
 from ocicore.errors import InvalidReference
 from ocicore.errors import RegistryError as RegistryError
+from ocicore.hashing import ThreadedSha256
 from ocicore.layout import platform_manifests
 from ocicore.media import DOCKER_MANIFEST as DOCKER_MANIFEST
 from ocicore.media import DOCKER_MANIFEST_LIST as DOCKER_MANIFEST_LIST
@@ -61,6 +62,7 @@ if TYPE_CHECKING:  # what a streamed blob is read from or written to: anything w
 DOCKER_HUB = "index.docker.io"
 _DOCKER_HUB_ALIASES = {"docker.io", "index.docker.io", "registry-1.docker.io"}
 _DOCKER_HUB_API = "registry-1.docker.io"
+_THREADED_HASH_FROM = 16 << 20  # bytes: download_blob hashes a blob this large on a thread of its own
 
 # distribution/reference grammar (reference/regexp.go).
 _COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|[-]+)[a-z0-9]+)*"
@@ -500,11 +502,15 @@ class RegistryClient:
             f"blob {self.registry}/{repository}@{digest}",
             (200,),
         )
-        hasher, size = hashlib.sha256(), 0
-        for chunk in response.iter_content(1 << 20):
-            hasher.update(chunk)
-            out.write(chunk)
-            size += len(chunk)
+        # A large blob is hashed on a thread of its own (ocicore.hashing), so that receiving, hashing
+        # and `out`'s writing overlap; for a small one the thread would cost more than it saves.
+        large = int(response.headers.get("Content-Length") or 0) >= _THREADED_HASH_FROM
+        size = 0
+        with ThreadedSha256() if large else contextlib.nullcontext(hashlib.sha256()) as hasher:
+            for chunk in response.iter_content(1 << 20):
+                hasher.update(chunk)
+                out.write(chunk)
+                size += len(chunk)
         if f"sha256:{hasher.hexdigest()}" != digest:
             raise RegistryError(f"blob {self.registry}/{repository}@{digest}: content does not match its digest")
         return size

@@ -408,6 +408,7 @@ setup_python() {
     local works='import sys; sys.exit(sys.version_info < (3, 11))'
     if [[ -x $venv/bin/python ]] && "$venv/bin/python" -c "$works" 2>/dev/null &&
         [[ -f $stamp_file && $(cat "$stamp_file") == "$stamp" ]]; then
+        compile_sources "$venv/bin/python"
         say "python" ".venv up to date ($("$venv/bin/python" --version))"
         return
     fi
@@ -424,12 +425,27 @@ setup_python() {
     logged "pip install uv" "$venv/bin/python" -m pip install -q uv
     mapfile -t settings < <(uv_settings "$venv/bin/python")
     printf '+ env %s uv pip install %s\n' "${settings[*]}" "${targets[*]}" >>"$PROVISION_LOG"
-    if ! env "${settings[@]}" "$venv/bin/uv" pip install --python "$venv/bin/python" "${targets[@]}" >>"$PROVISION_LOG" 2>&1; then
+    # --compile-bytecode: the installed modules' .pyc are written now, once. Without them every
+    # `build.py` start compiles ~360 modules again where PYTHONDONTWRITEBYTECODE is set (0.3 s of a
+    # 0.65 s `build.py --help`, docs/benchmarks.md §7); pip compiles at install anyway.
+    if ! env "${settings[@]}" "$venv/bin/uv" pip install --compile-bytecode --python "$venv/bin/python" "${targets[@]}" >>"$PROVISION_LOG" 2>&1; then
         how="pip (uv failed: see $PROVISION_LOG)"
         logged "pip install" "$venv/bin/python" -m pip install -q "${targets[@]}"
     fi
+    compile_sources "$venv/bin/python"
     printf '%s\n' "$stamp" >"$stamp_file"
     say "python" ".venv installed in $((SECONDS - started)) s with $how ($("$venv/bin/python" --version))"
+}
+
+# This checkout's own packages are installed editable, so their .pyc are not written at install:
+# compile those that changed since the last run (compileall skips the rest; a second or less).
+compile_sources() { # python
+    local dirs=() dir
+    for dir in xcforge ocicore signing images/engine/src; do
+        [[ -d $REPO_ROOT/$dir ]] && dirs+=("$REPO_ROOT/$dir")
+    done
+    ((${#dirs[@]})) && logged "compileall" "$1" -m compileall -q -j 0 "${dirs[@]}"
+    return 0
 }
 
 # pip's settings (pip.conf and PIP_* variables, as `pip config list` shows them) as uv's variables, which

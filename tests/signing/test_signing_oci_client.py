@@ -140,6 +140,40 @@ def test_content_is_checked_against_digests(fault_registry):
         client.put_manifest("a/b", sha256_digest(b"other"), b"{}", OCI_INDEX)
 
 
+def test_a_large_blob_is_hashed_on_its_own_thread_and_still_checked(fault_registry):
+    """From 16 MiB download_blob hashes on a worker thread (ocicore.hashing): same bytes out, and a
+    swapped blob of the same size is still refused."""
+    import io
+    import os
+
+    client = RegistryClient(fault_registry.address)
+    content = os.urandom(17 << 20)
+    digest = client.push_blob("a/big", content)
+    out = io.BytesIO()
+    assert client.download_blob("a/big", digest, out) == len(content) and out.getvalue() == content
+    fault_registry.blobs[digest] = content[:-1] + bytes([content[-1] ^ 1])
+    with pytest.raises(RegistryError, match="does not match its digest"):
+        client.download_blob("a/big", digest, io.BytesIO())
+
+
+def test_threaded_sha256_is_hashlibs_digest():
+    import hashlib
+    import os
+
+    from ocicore.hashing import ThreadedSha256
+
+    blocks = [os.urandom(n) for n in (0, 1, 1 << 20, 12345, 3 << 20)]
+    with ThreadedSha256(depth=2) as threaded:
+        for block in blocks:
+            threaded.update(block)
+        assert threaded.hexdigest() == hashlib.sha256(b"".join(blocks)).hexdigest()
+        with pytest.raises(ValueError, match="after hexdigest"):
+            threaded.update(b"more")
+    abandoned = ThreadedSha256()
+    abandoned.update(b"x")
+    abandoned.close()  # the stream failed: the worker stops, nothing hangs
+
+
 def test_copy_blob_mounts_within_a_registry_and_streams_across(fault_registry):
     source = RegistryClient(fault_registry.address)
     digest = source.push_blob("src/app", b"x" * 100_000)

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from ocicore.digest import is_sha256
+from ocicore.hashing import ThreadedSha256
 from ocicore.media import OCI_LAYOUT_VERSION, OCI_MANIFEST
 from xcforge import __version__
 from xcforge.errors import BundleDamaged, ConfigError, EnvironmentProblem
@@ -42,6 +43,7 @@ REF_NAME = "org.opencontainers.image.ref.name"
 NAME_ANNOTATION = "io.xcforge.model.name"
 DEFAULT_CHUNK_SIZE = 512 * 1024 * 1024
 _BUFFER = 4 * 1024 * 1024
+_SYNC_EVERY = 64 * 1024 * 1024
 _BLOCK = tarfile.BLOCKSIZE
 _PLACEHOLDER = "blobs/sha256/" + "0" * 64
 
@@ -375,8 +377,8 @@ def unpack_model(
     source: str,
     progress: Callable[[str], None] | None = None,
 ) -> int:
-    """Write every file of the artifact into `dest` (new or empty), each chunk and file checked
-    against the signed config as it streams, then the record (`.xcforge-model/`). Nothing is left
+    """Write every file of the artifact into `dest` (new or empty), each chunk checked against the
+    signed manifest's digest as it streams and each file's size, then the record (`.xcforge-model/`). Nothing is left
     behind on failure. Returns the bytes written."""
     if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
         raise ConfigError(f"model unpack {dest}: exists and is not an empty directory; give a new directory")
@@ -394,30 +396,34 @@ def unpack_model(
             if rel.startswith("/") or ".." in Path(rel).parts or not target.is_relative_to(dest.resolve()):
                 raise BundleDamaged(f"{source}: file path {rel!r} leaves the model directory; refused")
             target.parent.mkdir(parents=True, exist_ok=True)
-            file_hash = hashlib.sha256()
-            # As in pack: a worker hashes for the file and writes the previous block while this
-            # thread reads the next one and hashes it for the chunk (one block in flight at most).
+            # Each chunk is checked against its digest in the signed manifest (through the config it
+            # names by digest) as it streams: the file is those chunks in that order, so its SHA-256 in
+            # the config follows from them and is not computed a second time here (the launcher checks
+            # it before serving). Three steps overlap: this thread reads, a worker hashes
+            # (ocicore.hashing) and another writes the previous block, syncing as it goes.
             with target.open("wb") as out, ThreadPoolExecutor(max_workers=1) as pool:
+                writer = _SyncedWriter(out)
                 pending: Future[None] | None = None
                 for index, chunk in enumerate(entry.get("chunks") or []):
-                    chunk_hash = hashlib.sha256()
                     got = 0
-                    with open_blob(chunk["digest"]) as blob:
+                    with open_blob(chunk["digest"]) as blob, ThreadedSha256() as chunk_hash:
                         while data := blob.read(_BUFFER):
                             if pending is not None:
                                 pending.result()
-                            pending = pool.submit(_hash_and_write, file_hash, out, data)
+                            pending = pool.submit(writer.write, data)
                             chunk_hash.update(data)
                             got += len(data)
-                    if pending is not None:
-                        pending.result()
-                        pending = None
-                    if "sha256:" + chunk_hash.hexdigest() != chunk["digest"] or got != chunk["size"]:
+                        if pending is not None:
+                            pending.result()
+                            pending = None
+                        digest = "sha256:" + chunk_hash.hexdigest()
+                    if digest != chunk["digest"] or got != chunk["size"]:
                         raise BundleDamaged(
                             f"{source}: chunk {index} of {rel} ({chunk['digest']}) differs from the signed "
                             "manifest; nothing was unpacked, copy the artifact again"
                         )
-            if file_hash.hexdigest() != entry.get("sha256") or target.stat().st_size != entry.get("size"):
+                writer.sync()
+            if target.stat().st_size != entry.get("size"):
                 raise BundleDamaged(f"{source}: {rel} differs from the signed config; nothing was unpacked")
             total += int(entry["size"])
             if progress:
@@ -443,9 +449,25 @@ def _remove_unpacked(dest: Path, created: bool) -> None:
         shutil.rmtree(child, ignore_errors=True) if child.is_dir() else child.unlink(missing_ok=True)
 
 
-def _hash_and_write(file_hash: Any, out: IO[bytes], data: bytes) -> None:
-    file_hash.update(data)
-    out.write(data)
+class _SyncedWriter:
+    """Writes to `out`, pushing it to the disk every _SYNC_EVERY bytes so that the disk works while
+    the next block is read and hashed (not in one fsync at the end), and `sync()` at the end: a model
+    is on the disk when unpack says it is."""
+
+    def __init__(self, out: IO[bytes]) -> None:
+        self.out = out
+        self.unsynced = 0
+
+    def write(self, data: bytes) -> None:
+        self.out.write(data)
+        self.unsynced += len(data)
+        if self.unsynced >= _SYNC_EVERY:
+            self.sync()
+
+    def sync(self) -> None:
+        self.out.flush()
+        os.fdatasync(self.out.fileno())
+        self.unsynced = 0
 
 
 def write_record(dest: Path, artifact: ModelArtifact, signatures: dict[str, bytes]) -> Path:

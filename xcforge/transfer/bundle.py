@@ -30,7 +30,15 @@ from xcforge import __version__, console
 from xcforge.errors import ConfigError, EnvironmentProblem
 from xcforge.paths import REPO_ROOT
 from xcforge.transfer import manifest as bm
-from xcforge.transfer.archive import CHUNKS_SUFFIX, ChunkedSink, TarStream, locate, open_tar
+from xcforge.transfer.archive import (
+    CHUNKS_SUFFIX,
+    ChunkedSink,
+    TarStream,
+    locate,
+    open_tar,
+    sync_directory,
+    write_synced,
+)
 from xcforge.transfer.collect import Collected, Source, collect
 
 if TYPE_CHECKING:
@@ -177,7 +185,8 @@ def write_bundle(
         sink.abort()
         raise
     tool = base.parent / bm.VERIFY_TOOL  # beside the bundle too: the far side needs it before unpacking
-    tool.write_bytes(files[bm.VERIFY_TOOL])
+    write_synced(tool, files[bm.VERIFY_TOOL])
+    sync_directory(tool.parent)
     return WrittenBundle(
         files=[*written, tool],
         manifest=manifest,
