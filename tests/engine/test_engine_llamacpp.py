@@ -53,6 +53,31 @@ def test_context_follows_memory(phytium, env_for):
     assert "cgroup v2 memory.max" in setting.why
 
 
+@pytest.mark.parametrize(
+    ("thp", "expected"),
+    [("always madvise [never]\n", None), ("always [madvise] never\n", "glibc.malloc.hugetlb=1"),
+     ("[always] madvise never\n", "glibc.malloc.hugetlb=1"), (None, None)],
+)  # fmt: skip
+def test_malloc_goes_on_huge_pages_where_the_kernel_offers_them(phytium, env_for, thp, expected):
+    if thp is not None:
+        phytium.write("/sys/kernel/mm/transparent_hugepage/enabled", thp)
+    p = plan(phytium, env_for("llamacpp"), "--model", "/models/qwen")
+    setting = next(s for s in p.settings if s.name == "GLIBC_TUNABLES")
+    assert setting.value == expected and p.env.get("GLIBC_TUNABLES") == expected
+    assert p.env_changes.get("GLIBC_TUNABLES") == expected
+    assert ("huge pages are 'madvise'" in setting.why or "huge pages are 'always'" in setting.why) == bool(expected)
+    if thp is None:
+        assert "not offered" in setting.log_line()
+
+
+def test_the_operators_glibc_tunables_are_kept(phytium, env_for):
+    phytium.write("/sys/kernel/mm/transparent_hugepage/enabled", "always [madvise] never\n")
+    env = env_for("llamacpp", GLIBC_TUNABLES="glibc.malloc.arena_max=2")
+    p = plan(phytium, env, "--model", "/models/qwen")
+    assert p.env["GLIBC_TUNABLES"] == "glibc.malloc.arena_max=2" and "GLIBC_TUNABLES" not in p.env_changes
+    assert "kept from environment" in next(s for s in p.settings if s.name == "GLIBC_TUNABLES").log_line()
+
+
 def test_models_that_are_not_one_gguf_file_are_refused(phytium, env_for):
     phytium.write("/models/hf/config.json", "{}")
     with pytest.raises(UsageError, match=r"holds no \.gguf file: llama\.cpp serves GGUF"):
