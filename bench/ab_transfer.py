@@ -31,16 +31,8 @@ os.chdir(tree)
 from tests.registry_process import RegistryProcess
 from ocicore.push import push_layout
 from xcforge.cli import main
-
-def evict(path):
-    files = [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file()]
-    for file in files:
-        fd = os.open(file, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
+sys.path.append(sys.argv[5])  # this checkout's bench/, after the tree's own paths
+from _pagecache import evict
 
 out = {}
 with RegistryProcess() as source, RegistryProcess() as inside:
@@ -96,8 +88,8 @@ def main() -> int:
             for label, tree in order:
                 scratch = work / f"run-{label}"
                 scratch.mkdir()
-                done = subprocess.run([python, "-c", RUN, str(tree), str(scratch), str(archive), str(keys)],
-                                      capture_output=True, text=True, check=False, cwd=tree)  # fmt: skip
+                argv = [python, "-c", RUN, str(tree), str(scratch), str(archive), str(keys), str(HERE / "bench")]
+                done = subprocess.run(argv, capture_output=True, text=True, check=False, cwd=tree)
                 if done.returncode != 0:
                     raise SystemExit(f"{label}: {done.stderr[-3000:]}")
                 result = json.loads(done.stdout.split("RESULT ", 1)[1])

@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from _common import REPO, load_note, log, markdown_table, measuring, write_results
+from _pagecache import evict, files_under, fsync_all
 
 sys.path.insert(0, str(REPO / "images" / "engine" / "src"))
 
@@ -58,21 +59,6 @@ from tests.registry_process import RegistryProcess
 
 MiB = 1024 * 1024
 PYTHON = str(REPO / ".venv" / "bin" / "python") if (REPO / ".venv" / "bin" / "python").exists() else sys.executable
-
-
-def files_under(*paths: Path) -> list[Path]:
-    return [f for path in paths for f in ([path] if path.is_file() else sorted(path.rglob("*"))) if f.is_file()]
-
-
-def evict(*paths: Path) -> None:
-    """Drop these files (or every file under these directories) from the page cache."""
-    for file in files_under(*paths):
-        fd = os.open(file, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
 
 
 def dd(args: list[str]) -> float:
@@ -123,16 +109,6 @@ def build_py(*args: str | Path) -> subprocess.CompletedProcess[str]:
     return done
 
 
-def fsync_all(*paths: Path) -> None:
-    """What dd's conv=fdatasync does at its end: the bytes a step wrote, on the disk."""
-    for file in files_under(*paths):
-        fd = os.open(file, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
 def curl_upload(registry: str, files: dict[Path, str]) -> None:
     """Each file as a blob into `registry` (its repository `curl-reference`) with curl, all at once, as push does."""
     uploads = []
@@ -164,12 +140,9 @@ def curl_upload(registry: str, files: dict[Path, str]) -> None:
             raise SystemExit(f"curl upload into {registry} failed")
 
 
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
+def _file_digest(path: Path) -> str:
     with path.open("rb") as fh:
-        while block := fh.read(4 * MiB):
-            digest.update(block)
-    return "sha256:" + digest.hexdigest()
+        return "sha256:" + hashlib.file_digest(fh, "sha256").hexdigest()
 
 
 class Steps:
@@ -220,7 +193,7 @@ def main() -> int:
         "verify (restart, unchanged)": (0, 0),
         "registry ingest (curl, reference)": (model_bytes, model_bytes),
     }
-    blobs = {path: sha256_of(path) for path in files_under(model)}
+    blobs = {path: _file_digest(path) for path in files_under(model)}
     env = {"XCFORGE_VERIFY_CACHE": str(opts.work / "state"), "PATH": os.environ["PATH"]}
     trusted = [load_key(keys / "sm2.pub"), load_key(keys / "cosign.pub")]
     for round_no in range(1, opts.rounds + 1):

@@ -32,6 +32,7 @@ from ocicore.hashing import ThreadedSha256
 from ocicore.media import OCI_LAYOUT_VERSION, OCI_MANIFEST
 from xcforge import __version__
 from xcforge.errors import BundleDamaged, ConfigError, EnvironmentProblem
+from xcforge.files import SyncedWriter
 from xcforge.model.formats import read_facts
 
 MODEL_ARTIFACT_TYPE = "application/vnd.xcforge.model.v1"
@@ -43,7 +44,6 @@ REF_NAME = "org.opencontainers.image.ref.name"
 NAME_ANNOTATION = "io.xcforge.model.name"
 DEFAULT_CHUNK_SIZE = 512 * 1024 * 1024
 _BUFFER = 4 * 1024 * 1024
-_SYNC_EVERY = 64 * 1024 * 1024
 _BLOCK = tarfile.BLOCKSIZE
 _PLACEHOLDER = "blobs/sha256/" + "0" * 64
 
@@ -378,8 +378,8 @@ def unpack_model(
     progress: Callable[[str], None] | None = None,
 ) -> int:
     """Write every file of the artifact into `dest` (new or empty), each chunk checked against the
-    signed manifest's digest as it streams and each file's size, then the record (`.xcforge-model/`). Nothing is left
-    behind on failure. Returns the bytes written."""
+    signed manifest's digest as it streams and each file's size, then the record (`.xcforge-model/`).
+    Nothing is left behind on failure. Returns the bytes written."""
     if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
         raise ConfigError(f"model unpack {dest}: exists and is not an empty directory; give a new directory")
     config = artifact.config
@@ -402,7 +402,7 @@ def unpack_model(
             # it before serving). Three steps overlap: this thread reads, a worker hashes
             # (ocicore.hashing) and another writes the previous block, syncing as it goes.
             with target.open("wb") as out, ThreadPoolExecutor(max_workers=1) as pool:
-                writer = _SyncedWriter(out)
+                writer = SyncedWriter(out)
                 pending: Future[None] | None = None
                 for index, chunk in enumerate(entry.get("chunks") or []):
                     got = 0
@@ -447,27 +447,6 @@ def _remove_unpacked(dest: Path, created: bool) -> None:
         return
     for child in list(dest.iterdir()):
         shutil.rmtree(child, ignore_errors=True) if child.is_dir() else child.unlink(missing_ok=True)
-
-
-class _SyncedWriter:
-    """Writes to `out`, pushing it to the disk every _SYNC_EVERY bytes so that the disk works while
-    the next block is read and hashed (not in one fsync at the end), and `sync()` at the end: a model
-    is on the disk when unpack says it is."""
-
-    def __init__(self, out: IO[bytes]) -> None:
-        self.out = out
-        self.unsynced = 0
-
-    def write(self, data: bytes) -> None:
-        self.out.write(data)
-        self.unsynced += len(data)
-        if self.unsynced >= _SYNC_EVERY:
-            self.sync()
-
-    def sync(self) -> None:
-        self.out.flush()
-        os.fdatasync(self.out.fileno())
-        self.unsynced = 0
 
 
 def write_record(dest: Path, artifact: ModelArtifact, signatures: dict[str, bytes]) -> Path:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, Protocol
 
 from xcforge.errors import BundleDamaged, ConfigError
+from xcforge.files import SyncedWriter, sync_directory, write_synced
 
 if TYPE_CHECKING:
     from _typeshed import ReadableBuffer, WriteableBuffer
@@ -36,10 +37,6 @@ CHUNKS_SUFFIX = ".chunks.json"
 CHUNKS_FORMAT = "xcforge-bundle-chunks/v1"
 _COPY = 1 << 20
 _DEPTH = 8  # buffers queued for the bundle writer (1 MiB each from a registry download)
-# The writer pushes what it wrote to the disk every this many bytes: a bundle is carried off on a
-# medium, so it must be on that medium when `bundle` says "wrote", and syncing as it goes lets the
-# disk work while the next blobs download instead of one long fsync at the end (docs/benchmarks.md §7).
-_SYNC_EVERY = 64 << 20
 
 
 def parse_size(text: str, *, flag: str = "--chunk-size") -> int:
@@ -85,7 +82,7 @@ class ChunkedSink(io.RawIOBase):
         self._whole = hashlib.sha256() if chunk_size is not None else None
         self._fh: BinaryIO | None = None
         self._hash = hashlib.sha256() if chunk_size is not None else None
-        self._unsynced = 0
+        self._synced: SyncedWriter | None = None  # self._fh, on the disk as it is written (xcforge.files)
         self._partials: list[Path] = []
         # Write-behind: the caller (a registry download that hashes what it receives) fills one buffer
         # while this worker writes and hashes the previous one; hashlib and file writes release the GIL,
@@ -106,23 +103,19 @@ class ChunkedSink(io.RawIOBase):
         path = self.base.parent / (chunk.file + ".partial")
         self._partials.append(path)
         self._fh = open(path, "wb")  # noqa: SIM115 - closed by _close_current
+        self._synced = SyncedWriter(self._fh)
         if self._hash is not None:
             self._hash = hashlib.sha256()
         self.chunks.append(chunk)
 
     def _close_current(self) -> None:
         if self._fh is not None:
-            self._sync()
+            assert self._synced is not None  # opened with self._fh
+            self._synced.sync()
             self._fh.close()
             if self._hash is not None:
                 self.chunks[-1].sha256 = self._hash.hexdigest()
             self._fh = None
-
-    def _sync(self) -> None:
-        assert self._fh is not None
-        self._fh.flush()
-        os.fdatasync(self._fh.fileno())
-        self._unsynced = 0
 
     def write(self, data: ReadableBuffer) -> int:
         """Queue `data` for the worker; bytes are taken as they are, anything mutable is copied first."""
@@ -167,19 +160,16 @@ class ChunkedSink(io.RawIOBase):
         while written < len(view):
             if self._fh is None or (self.chunk_size is not None and self.chunks[-1].size >= self.chunk_size):
                 self._open_next()
-            assert self._fh is not None  # _open_next opened one
+            assert self._synced is not None  # _open_next opened one
             room = len(view) - written if self.chunk_size is None else self.chunk_size - self.chunks[-1].size
             piece = view[written : written + room]
-            self._fh.write(piece)
+            self._synced.write(piece)
             if self._hash is not None:
                 self._hash.update(piece)
             if self._whole is not None:
                 self._whole.update(piece)
             self.chunks[-1].size += len(piece)
             written += len(piece)
-            self._unsynced += len(piece)
-            if self._unsynced >= _SYNC_EVERY:
-                self._sync()
 
     def commit(self) -> list[Path]:
         """Close, rename the chunks to their final names and write the chunk list; the files made."""
@@ -216,23 +206,6 @@ class ChunkedSink(io.RawIOBase):
             with contextlib.suppress(OSError):
                 path.unlink()
         self._partials = []
-
-
-def write_synced(path: Path, data: bytes) -> None:
-    """`path` written and on the disk (a bundle's side files go onto a medium that is carried away)."""
-    with open(path, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-
-
-def sync_directory(path: Path) -> None:
-    """The directory's entries (names made or renamed in it) on the disk."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class Sink(Protocol):

@@ -28,17 +28,10 @@ from typing import TYPE_CHECKING, Any
 from ocicore.media import OCI_INDEX, OCI_LAYOUT_VERSION
 from xcforge import __version__, console
 from xcforge.errors import ConfigError, EnvironmentProblem
+from xcforge.files import sync_directory, write_synced
 from xcforge.paths import REPO_ROOT
 from xcforge.transfer import manifest as bm
-from xcforge.transfer.archive import (
-    CHUNKS_SUFFIX,
-    ChunkedSink,
-    TarStream,
-    locate,
-    open_tar,
-    sync_directory,
-    write_synced,
-)
+from xcforge.transfer.archive import CHUNKS_SUFFIX, ChunkedSink, TarStream, locate, open_tar
 from xcforge.transfer.collect import Collected, Source, collect
 
 if TYPE_CHECKING:
